@@ -1,0 +1,81 @@
+"""The data that flows between stages: messages, threads, blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One validated utterance; `index` is its position in the thread as loaded."""
+
+    index: int
+    role: str
+    content: str
+    timestamp: datetime | None = None
+    name: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = field(default=None, compare=False)
+    tool_call_id: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """This message as an OpenAI chat `messages` entry (tool calls kept as they are)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name and self.role in ("user", "assistant"):
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [dict(c) for c in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True)
+class Query:
+    """A benchmark question with the message indices that answer it."""
+
+    text: str
+    relevant: tuple[int, ...] = ()
+    category: str | None = None
+    answerable: bool = True
+
+    @property
+    def has_evidence(self) -> bool:
+        return self.answerable and bool(self.relevant)
+
+
+@dataclass(frozen=True)
+class Thread:
+    """One conversation: validated messages plus optional benchmark queries."""
+
+    id: str
+    messages: tuple[Message, ...]
+    queries: tuple[Query, ...] = ()
+    language: str | None = None
+
+    def ground_truth(self, request: str) -> Query | None:
+        """The benchmark query whose text is this request, if the file carries one."""
+        wanted = request.strip()
+        return next((q for q in self.queries if q.text.strip() == wanted), None)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A run of consecutive non-system messages that is retrieved as a unit."""
+
+    id: int
+    message_ids: tuple[int, ...]
+    start_time: datetime | None
+    end_time: datetime | None
+    tokens: int
+
+    @property
+    def first(self) -> int:
+        return self.message_ids[0]
+
+    @property
+    def last(self) -> int:
+        return self.message_ids[-1]

@@ -1,0 +1,79 @@
+"""LLM clients behind one small protocol: any OpenAI-compatible chat endpoint, Azure included."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from indexers.errors import BackendError, ConfigError
+from indexers.settings import LLMConfig
+
+
+class LLMClient(Protocol):
+    """Sends a chat `messages` list, returns the reply text. `model` names what answered."""
+
+    model: str
+
+    def chat(self, messages: Sequence[dict[str, Any]], *, json_mode: bool = False,
+             max_tokens: int = 256) -> str: ...
+
+
+class OpenAIChat:
+    """The official `openai` client, for OpenAI itself or any compatible server."""
+
+    def __init__(self, config: LLMConfig):
+        import openai
+
+        self.model = config.model
+        self._client = self._make(openai, config)
+
+    @staticmethod
+    def _make(openai: Any, config: LLMConfig) -> Any:
+        # One attempt: a caller that falls back locally wants a fast failure, not retries.
+        return openai.OpenAI(api_key=config.api_key, base_url=config.base_url,
+                             timeout=config.timeout, max_retries=0)
+
+    def chat(self, messages: Sequence[dict[str, Any]], *, json_mode: bool = False,
+             max_tokens: int = 256) -> str:
+        import openai
+
+        kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages),
+                                  "temperature": 0, "max_tokens": max_tokens}
+        if json_mode:
+            kwargs["response_format"] = {"type": "json_object"}
+        try:
+            reply = self._client.chat.completions.create(**kwargs)
+        except openai.OpenAIError as exc:
+            raise BackendError(f"LLM call to {self.model} failed: {type(exc).__name__}: {exc}") from exc
+        if not reply.choices:
+            raise BackendError(f"LLM {self.model} returned no choices")
+        return reply.choices[0].message.content or ""
+
+
+class AzureOpenAIChat(OpenAIChat):
+    """Azure OpenAI: endpoint, key, API version and deployment name from the environment."""
+
+    @staticmethod
+    def _make(openai: Any, config: LLMConfig) -> Any:
+        return openai.AzureOpenAI(azure_endpoint=config.base_url, api_key=config.api_key,
+                                  api_version=config.api_version, timeout=config.timeout,
+                                  max_retries=0)
+
+
+LLM_CLIENTS: dict[str, Callable[[LLMConfig], LLMClient]] = {
+    "openai": OpenAIChat,
+    "azure": AzureOpenAIChat,
+}
+
+
+def make_llm(config: LLMConfig | None) -> LLMClient | None:
+    """The client for `config`, or None when no LLM is configured."""
+    if config is None:
+        return None
+    try:
+        factory = LLM_CLIENTS[config.provider]
+    except KeyError:
+        raise ConfigError(
+            f"unknown LLM provider {config.provider!r}; valid: {', '.join(sorted(LLM_CLIENTS))}"
+        ) from None
+    return factory(config)

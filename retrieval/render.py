@@ -1,0 +1,135 @@
+"""Plain-text and JSON views of results, for the CLI and notebooks (no printing here)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from indexers.model import Thread
+
+from .engine import AskResult
+
+
+def _time(ts) -> str | None:
+    return ts.isoformat() if ts else None
+
+
+def ask_dict(thread: Thread, result: AskResult) -> dict[str, Any]:
+    """One `ask` as a JSON-ready object."""
+    kw = result.keywords
+    blocks = []
+    for r in sorted(result.prompt.selection.retrieved, key=lambda r: r.rank):
+        first, last = thread.messages[r.message_ids[0]], thread.messages[r.message_ids[-1]]
+        blocks.append({"rank": r.rank, "block_id": r.block_id, "score": round(r.score, 4),
+                       "start": _time(first.timestamp), "end": _time(last.timestamp),
+                       "message_indices": [thread.messages[p].index for p in r.message_ids]})
+    out = {
+        "thread": thread.id,
+        "request": result.request,
+        "strategy": result.strategy,
+        "keyword": None if kw is None else {"keywords": list(kw.keywords), "source": kw.source,
+                                            "reason": kw.reason},
+        "retrieved": blocks,
+        "recent_message_indices": [thread.messages[p].index for p in result.prompt.selection.history_ids],
+        "messages": list(result.prompt.messages),
+        "prompt_tokens": result.prompt.tokens,
+        "full_history_tokens": result.full_tokens,
+        "token_ratio": round(result.prompt.tokens / result.full_tokens, 4),
+        "budget_tokens": result.budget_tokens,
+        "llm_calls": result.llm_calls,
+        "notes": list(result.prompt.notes),
+    }
+    truth = thread.ground_truth(result.request)
+    if truth and truth.has_evidence:
+        kept = {thread.messages[p].index for p in result.included}
+        out["evidence_kept"] = {"kept": len(kept & set(truth.relevant)), "of": len(truth.relevant)}
+    if result.answer is not None:
+        out["answer"] = result.answer
+    return out
+
+
+def ask_text(data: dict[str, Any]) -> str:
+    lines = []
+    kw = data["keyword"]
+    if kw:
+        lines.append(f"keyword: {' '.join(kw['keywords'])}   [{kw['source']}: {kw['reason']}]")
+    if data["retrieved"]:
+        lines.append("retrieved (best first):")
+        for b in data["retrieved"]:
+            idx = b["message_indices"]
+            span = f"{b['start'] or '?'} .. {b['end'] or '?'}"
+            label = f"block {b['block_id']}" if b["block_id"] is not None else "message"
+            lines.append(f"  {label:>9}  score {b['score']:.3f}  {span}  "
+                         f"messages {idx[0]}-{idx[-1]} ({len(idx)})")
+    elif kw:
+        lines.append("retrieved: nothing scored high enough")
+    recent = data["recent_message_indices"]
+    if recent:
+        lines.append(f"recent verbatim turns: messages {recent[0]}-{recent[-1]} ({len(recent)})")
+    lines.append("prompt (OpenAI messages):")
+    lines.append(json.dumps(data["messages"], ensure_ascii=False, indent=2))
+    lines.append(f"prompt tokens: {data['prompt_tokens']}   full history: {data['full_history_tokens']}   "
+                 f"({data['token_ratio']:.1%})" + (f"   budget: {data['budget_tokens']}" if data["budget_tokens"] else ""))
+    if "evidence_kept" in data:
+        ev = data["evidence_kept"]
+        lines.append(f"ground truth kept: {ev['kept']}/{ev['of']}")
+    lines.extend(f"note: {n}" for n in data["notes"])
+    if "answer" in data:
+        lines.append("answer:")
+        lines.append(data["answer"])
+    return "\n".join(lines)
+
+
+def compare_rows(thread: Thread, results: list[AskResult]) -> list[dict[str, Any]]:
+    rows = []
+    truth = thread.ground_truth(results[0].request) if results else None
+    for r in results:
+        kept = {thread.messages[p].index for p in r.included}
+        row = {"strategy": r.strategy, "input_tokens": r.prompt.tokens,
+               "token_ratio": round(r.prompt.tokens / r.full_tokens, 4),
+               "messages_kept": len(kept), "llm_calls": r.llm_calls,
+               "keyword": " ".join(r.keywords.keywords) if r.keywords else None,
+               "keyword_source": r.keywords.source if r.keywords else None}
+        if truth and truth.has_evidence:
+            row["evidence_kept"] = len(kept & set(truth.relevant))
+            row["evidence_total"] = len(truth.relevant)
+        rows.append(row)
+    return rows
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(_width(r[i]) for r in cells) for i in range(len(headers))]
+    fmt = lambda r: "  ".join(c + " " * (w - _width(c)) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
+
+
+def _width(text: str) -> int:
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def compare_text(rows: list[dict[str, Any]], full_tokens: int) -> str:
+    has_truth = any("evidence_kept" in r for r in rows)
+    headers = ["strategy", "input tokens", "vs full", "messages kept"]
+    headers += ["ground truth kept"] if has_truth else []
+    headers += ["LLM calls", "keyword"]
+    body = []
+    for r in rows:
+        line = [r["strategy"], r["input_tokens"], f"{r['token_ratio']:.0%}", r["messages_kept"]]
+        if has_truth:
+            line.append(f"{r['evidence_kept']}/{r['evidence_total']} "
+                        f"({r['evidence_kept'] / r['evidence_total']:.0%})")
+        line += [r["llm_calls"], f"{r['keyword']} ({r['keyword_source']})" if r["keyword"] else "-"]
+        body.append(line)
+    return table(headers, body) + f"\nfull history: {full_tokens} tokens"
+
+
+def eval_text(report: dict[str, Any]) -> str:
+    headers = ["strategy", "evidence_recall", "all_evidence_rate", "mean_prompt_tokens", "token_ratio",
+               "p50_ms", "p95_ms", "n_queries"]
+    rows = [[name] + [m.get(h, "-") for h in headers[1:]] for name, m in report["strategies"].items()]
+    head = f"dataset: {report['dataset']}   budget: {report['budget'] or 'none'}   " \
+           f"skipped (no evidence): {report['skipped_queries']}"
+    return head + "\n" + table(headers, rows)

@@ -1,0 +1,112 @@
+"""Shared fixtures. Everything is real: the USE-m3 embedder, FAISS, SQLite, the local LLM."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from indexers.loader import load
+from indexers.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data" / "samples"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+RAMEN_REQUEST = "この履歴からラーメンの話題について要約してください。"
+RAMEN_TURNS = set(range(2, 22)) | set(range(64, 68))
+
+# No test may reach an LLM configured in the developer's shell by accident.
+for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY"):
+    os.environ.pop(var, None)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("semhist-cache")
+
+
+@pytest.fixture(scope="session")
+def settings(cache_dir) -> Settings:
+    return Settings.load(env={}, cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def engine(settings):
+    from retrieval import Engine
+
+    return Engine(settings, llm=None)
+
+
+@pytest.fixture(scope="session")
+def ramen():
+    return load(SAMPLES / "ramen.json").only()
+
+
+@pytest.fixture(scope="session")
+def english():
+    return load(SAMPLES / "english.json").only()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory):
+    """The real local model behind llama.cpp's OpenAI-compatible server on 127.0.0.1.
+
+    Fails (never skips) when the model parts are missing: they come from the package
+    registry, and their disappearance must be noticed.
+    """
+    from indexers.errors import SemhistError
+    from retrieval.llm_server import model_path, wait_until_ready
+
+    model_cache = Settings.load().cache_dir  # the user's cache: the 1.1 GB model is built once
+    try:
+        model_path(model_cache)
+    except SemhistError as exc:
+        pytest.fail(f"local LLM unavailable: {exc}", pytrace=False)
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("llm") / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "retrieval.cli", "llm-server", "--port", str(port),
+             "--threads", str(min(2, os.cpu_count() or 1)), "--cache-dir", str(model_cache)],
+            stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_ready(base_url, timeout=180)
+    except SemhistError as exc:
+        proc.kill()
+        pytest.fail(f"{exc}\n{log_path.read_text(errors='replace')[-3000:]}", pytrace=False)
+    yield base_url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def llm_env(llm_server) -> dict[str, str]:
+    from retrieval.llm_server import MODEL_NAME
+
+    return {"OPENAI_BASE_URL": llm_server, "OPENAI_API_KEY": "local", "SEMHIST_LLM_MODEL": MODEL_NAME,
+            "SEMHIST_LLM_TIMEOUT": "120"}
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False

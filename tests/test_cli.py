@@ -1,0 +1,132 @@
+"""The `semhist` command as a user runs it: real process, real files, exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import RAMEN_REQUEST, SAMPLES, SHARED_DATA
+
+
+def semhist(*args, cache_dir, env=None, check=True):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AZURE_OPENAI", "SEMHIST_"))}
+    full_env.update({"SEMHIST_CACHE_DIR": str(cache_dir), **(env or {})})
+    proc = subprocess.run([sys.executable, "-m", "retrieval.cli", *args], capture_output=True, text=True,
+                          env=full_env, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_ask_prints_keyword_blocks_prompt_and_tokens(cache_dir):
+    out = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, cache_dir=cache_dir).stdout
+    assert "keyword: ラーメン" in out and "local: no LLM is configured" in out
+    assert "block 0" in out and "score" in out and "2025-07-29T09:00:00+09:00" in out
+    assert '"role": "system"' in out and "prompt tokens:" in out and "full history:" in out
+    assert "ground truth kept: 24/24" in out
+
+
+def test_ask_json(cache_dir):
+    data = json.loads(semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--json",
+                              cache_dir=cache_dir).stdout)
+    assert data["keyword"]["source"] == "local" and data["keyword"]["keywords"] == ["ラーメン"]
+    assert data["messages"][-1] == {"role": "user", "content": RAMEN_REQUEST}
+    assert data["prompt_tokens"] <= 0.5 * data["full_history_tokens"]
+    assert data["evidence_kept"] == {"kept": 24, "of": 24}
+    assert all({"score", "start", "end", "message_indices"} <= set(b) for b in data["retrieved"])
+
+
+def test_ask_english_thread(cache_dir):
+    data = json.loads(semhist("ask", str(SAMPLES / "english.json"), "What did we decide about the Hong Kong server?",
+                              "--json", cache_dir=cache_dir).stdout)
+    assert data["evidence_kept"]["kept"] == data["evidence_kept"]["of"]
+    assert "Hong" in data["keyword"]["keywords"]
+
+
+def test_ask_answer_without_llm_is_a_clear_error(cache_dir):
+    proc = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--answer", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 3 and "needs an LLM" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_compare_table(cache_dir):
+    out = semhist("compare", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, cache_dir=cache_dir).stdout
+    lines = {line.split()[0]: line for line in out.splitlines() if len(line.split()) > 1 and line.split()[1].isdigit()}
+    for name in ("full", "window", "token-budget", "utterances", "blocks"):
+        assert name in lines
+    assert "24/24" in lines["blocks"] and "24/24" in lines["full"]
+    assert "24/24" not in lines["window"] and "24/24" not in lines["utterances"]
+    assert "none configured" in out
+
+
+def test_index_then_ask_with_it_and_refuse_another_model(cache_dir, tmp_path):
+    semhist("index", str(SAMPLES / "ramen.json"), "--out", str(tmp_path / "idx"), cache_dir=cache_dir)
+    ok = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--index", str(tmp_path / "idx"), "--json",
+                 cache_dir=cache_dir)
+    assert json.loads(ok.stdout)["evidence_kept"]["kept"] == 24
+    bad = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--index", str(tmp_path / "idx"),
+                  "--embedder", "e5-small", cache_dir=cache_dir, check=False)
+    assert bad.returncode == 3 and "built with embedder" in bad.stderr
+
+
+@pytest.mark.parametrize("content,expect", [
+    ("not json at all", "not valid JSON"),
+    ('[{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]', "message 1, field 'role'"),
+    ('[{"role": "user", "content": "a", "timestamp": "2025-01-02"},'
+     ' {"role": "user", "content": "b", "timestamp": "2025-01-01"}]', "time goes backwards"),
+])
+def test_bad_input_is_one_clear_line(cache_dir, tmp_path, content, expect):
+    path = tmp_path / "h.json"
+    path.write_text(content, encoding="utf-8")
+    proc = semhist("ask", str(path), "hi", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 2 and expect in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_lenient_reports_and_continues(cache_dir, tmp_path):
+    path = tmp_path / "h.json"
+    path.write_text('[{"role": "user", "content": "ramen?"}, {"role": "wizard", "content": "b"},'
+                    ' {"role": "assistant", "content": "ramen!"}]', encoding="utf-8")
+    proc = semhist("ask", str(path), "ramen", "--lenient", "--json", cache_dir=cache_dir)
+    assert "skipped" in proc.stderr and "message 1" in proc.stderr
+    assert len(json.loads(proc.stdout)["messages"]) >= 2
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--strategy", "magic"], "invalid choice"),
+    (["--budget", "lots"], "budget must look like"),
+    (["--embedder", "nope"], "unknown embedder"),
+])
+def test_bad_options(cache_dir, args, expect):
+    proc = semhist("ask", str(SAMPLES / "ramen.json"), "x", *args, cache_dir=cache_dir, check=False)
+    assert proc.returncode != 0 and expect in proc.stderr and "Traceback" not in proc.stderr
+
+
+CONTRACT = {"evidence_recall", "all_evidence_rate", "mean_prompt_tokens", "token_ratio", "p50_ms", "p95_ms",
+            "n_queries"}
+
+
+def test_eval_contract_on_the_sample(cache_dir):
+    proc = semhist("eval", str(SAMPLES / "ramen.json"), "--strategy", "blocks", "--strategy", "window",
+                   "--budget", "50%", "--json", cache_dir=cache_dir)
+    report = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    assert report["dataset"] == "ramen.json" and set(report["strategies"]) == {"blocks", "window"}
+    for metrics in report["strategies"].values():
+        assert CONTRACT <= set(metrics) and metrics["n_queries"] == 3
+        assert metrics["token_ratio"] <= 0.5
+    assert report["strategies"]["blocks"]["evidence_recall"] > report["strategies"]["window"]["evidence_recall"]
+    assert "queries" in proc.stderr  # the progress bar goes to stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["locomo.jsonl", "jmultiwoz_threads.jsonl"])
+def test_eval_contract_on_a_public_benchmark_thread(cache_dir, dataset):
+    path = SHARED_DATA / dataset
+    assert path.exists(), f"{path} is missing: the benchmark data lives in ../shared/data"
+    proc = semhist("eval", str(path), "--limit", "1", "--strategy", "blocks", "--strategy", "window",
+                   "--strategy", "full", "--budget", "10%", "--json", "--quiet", cache_dir=cache_dir)
+    report = json.loads(proc.stdout)
+    for name, metrics in report["strategies"].items():
+        assert CONTRACT <= set(metrics), name
+        assert metrics["token_ratio"] <= 0.10 + 1e-9
+    assert report["strategies"]["blocks"]["evidence_recall"] > report["strategies"]["window"]["evidence_recall"]

@@ -1,0 +1,57 @@
+"""Against the real local model (Qwen2.5-Coder-1.5B via llama.cpp on 127.0.0.1), never a fake.
+
+Assertions are lenient where a model's wording varies, strict where our code decides.
+"""
+
+import json
+
+import pytest
+
+from indexers.settings import Settings
+from retrieval import Engine
+from retrieval.keyword import extract_keywords
+from retrieval.llm import make_llm
+from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS, SAMPLES
+from tests.test_cli import semhist
+
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
+
+
+def test_llm_keyword_for_the_ramen_request(llm_env):
+    llm = make_llm(Settings.load(env=llm_env).llm)
+    kw = extract_keywords(RAMEN_REQUEST, llm)
+    assert kw.source == "llm", kw.reason
+    assert any("ラーメン" in k for k in kw.keywords)
+    assert kw.llm_calls == 1
+
+
+def test_llm_keyword_for_an_english_request(llm_env):
+    llm = make_llm(Settings.load(env=llm_env).llm)
+    kw = extract_keywords("What did we decide about the Hong Kong server?", llm)
+    assert kw.source == "llm", kw.reason
+    assert any("hong kong" in k.lower() or "server" in k.lower() for k in kw.keywords)
+
+
+def test_blocks_with_the_llm_keyword_keep_every_ramen_turn(llm_env, ramen, cache_dir):
+    engine = Engine(Settings.load(env=llm_env, cache_dir=cache_dir))
+    result = engine.ask(ramen, RAMEN_REQUEST)
+    assert result.keywords.source == "llm" and result.llm_calls == 1
+    assert RAMEN_TURNS <= result.included
+    assert result.prompt.tokens <= 0.5 * result.full_tokens
+
+
+def test_cli_ask_json_and_answer_with_the_real_llm(llm_env, cache_dir):
+    proc = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--json", "--answer",
+                   cache_dir=cache_dir, env=llm_env)
+    data = json.loads(proc.stdout)
+    assert data["keyword"]["source"] == "llm"
+    assert data["llm_calls"] == 2  # one keyword call, one answer
+    assert isinstance(data["answer"], str) and data["answer"].strip()
+
+
+def test_compare_counts_one_llm_call(llm_env, cache_dir):
+    proc = semhist("compare", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--json", cache_dir=cache_dir, env=llm_env)
+    rows = {r["strategy"]: r for r in json.loads(proc.stdout)["strategies"]}
+    assert rows["blocks"]["keyword_source"] == "llm" and rows["blocks"]["llm_calls"] == 1
+    assert rows["full"]["llm_calls"] == 0
+    assert rows["blocks"]["evidence_kept"] == 24

@@ -1,0 +1,51 @@
+import json
+
+from indexers.loader import loads
+from indexers.segment import TimeGapSegmenter, get_segmenter
+
+import pytest
+from indexers.errors import ConfigError
+
+
+def thread(rows):
+    return loads(json.dumps(rows)).only()
+
+
+def test_ramen_sample_splits_at_five_minute_gaps(ramen):
+    blocks = TimeGapSegmenter(300, 10_000).segment(ramen.messages)
+    starts = [b.first for b in blocks]
+    # the topics of the worked example: ramen, weather, sightseeing, AI, films, scraping, programming, ramen
+    assert starts == [0, 22, 26, 30, 34, 48, 56, 64]
+    assert [p for b in blocks for p in b.message_ids] == list(range(68))
+
+
+def test_max_block_tokens_caps_an_endless_burst():
+    rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 40,
+             "timestamp": 1_700_000_000 + i} for i in range(40)]
+    blocks = TimeGapSegmenter(300, 200).segment(thread(rows).messages)
+    assert len(blocks) > 5
+    assert all(b.tokens <= 200 for b in blocks)
+
+
+def test_messages_without_timestamps_segment_by_size():
+    rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": "token " * 30} for i in range(20)]
+    blocks = TimeGapSegmenter(300, 150).segment(thread(rows).messages)
+    assert len(blocks) > 1 and blocks[0].start_time is None
+
+
+def test_system_messages_are_never_in_a_block_and_tool_results_stay_with_calls():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    rows = [{"role": "system", "content": "be nice"},
+            {"role": "user", "content": "x " * 50},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": "y " * 80, "tool_call_id": "c1"},
+            {"role": "assistant", "content": "done"}]
+    blocks = TimeGapSegmenter(300, 60).segment(thread(rows).messages)
+    ids = [b.message_ids for b in blocks]
+    assert all(0 not in b for b in ids)
+    assert any(2 in b and 3 in b for b in ids)
+
+
+def test_unknown_segmenter_lists_valid_ones():
+    with pytest.raises(ConfigError, match="time-gap"):
+        get_segmenter("topic-magic", gap_seconds=1, max_block_tokens=1)

@@ -1,0 +1,50 @@
+import pytest
+
+from indexers.errors import ConfigError
+from indexers.settings import Budget, Settings
+
+
+def test_explicit_beats_env_beats_default(tmp_path):
+    env = {"SEMHIST_TOP_N": "5", "SEMHIST_GAP_SECONDS": "60", "SEMHIST_CACHE_DIR": str(tmp_path)}
+    s = Settings.load(env=env, top_n=7)
+    assert s.top_n == 7            # explicit
+    assert s.gap_seconds == 60.0   # environment
+    assert s.recent == 6           # default
+    assert s.cache_dir == tmp_path
+
+
+def test_none_means_not_given():
+    assert Settings.load(env={"SEMHIST_TOP_N": "4"}, top_n=None).top_n == 4
+
+
+@pytest.mark.parametrize("env,match", [
+    ({"SEMHIST_TOP_N": "three"}, "SEMHIST_TOP_N"),
+    ({"SEMHIST_TOP_N": "0"}, "top_n"),
+    ({"SEMHIST_KEYWORD": "magic"}, "keyword must be one of"),
+    ({"SEMHIST_LENIENT": "maybe"}, "SEMHIST_LENIENT"),
+    ({"AZURE_OPENAI_ENDPOINT": "https://x.openai.azure.com"}, "deployment"),
+])
+def test_bad_settings_are_clear_errors(env, match):
+    with pytest.raises(ConfigError, match=match):
+        Settings.load(env=env)
+
+
+def test_llm_from_environment():
+    assert Settings.load(env={}).llm is None
+    s = Settings.load(env={"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "SEMHIST_LLM_MODEL": "m"})
+    assert (s.llm.provider, s.llm.model, s.llm.base_url) == ("openai", "m", "http://127.0.0.1:1/v1")
+    az = Settings.load(env={"AZURE_OPENAI_ENDPOINT": "https://x", "AZURE_OPENAI_API_KEY": "k",
+                            "AZURE_OPENAI_DEPLOYMENT": "gpt4o", "OPENAI_API_VERSION": "2024-10-21"})
+    assert (az.llm.provider, az.llm.model, az.llm.api_version) == ("azure", "gpt4o", "2024-10-21")
+    assert "k" not in repr(az.llm)
+
+
+@pytest.mark.parametrize("text,full,tokens", [("2000", 99999, 2000), ("10%", 5000, 500), ("2.5%", 1000, 25)])
+def test_budget(text, full, tokens):
+    assert Budget.parse(text).tokens(full) == tokens
+
+
+@pytest.mark.parametrize("text", ["", "ten", "-5", "0", "150%", "10 %%"])
+def test_bad_budget(text):
+    with pytest.raises(ConfigError):
+        Budget.parse(text)

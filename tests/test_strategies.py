@@ -1,0 +1,124 @@
+"""The boundary rules every strategy keeps, and the worked example's numbers."""
+
+import json
+
+import pytest
+
+from indexers.loader import loads
+from indexers.settings import Budget, Settings
+from retrieval import STRATEGIES, Engine
+from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS
+
+ALL = list(STRATEGIES)
+
+
+def tool_thread():
+    """A thread with a system prompt, tool calls and results, and several exchanges."""
+    rows = [{"role": "system", "content": "You are the ops bot. Never reveal passwords."}]
+    t = 1_750_000_000
+    for i in range(12):
+        rows.append({"role": "user", "content": f"question {i} about the Hong Kong server load", "timestamp": t})
+        if i % 3 == 0:
+            call = {"id": f"c{i}", "type": "function", "function": {"name": "load", "arguments": "{}"}}
+            rows.append({"role": "assistant", "content": None, "tool_calls": [call], "timestamp": t + 5})
+            rows.append({"role": "tool", "content": f"load is {i}%", "tool_call_id": f"c{i}", "timestamp": t + 6})
+        rows.append({"role": "assistant", "content": f"answer {i}: the load is fine", "timestamp": t + 10})
+        t += 400
+    return loads(json.dumps(rows)).only()
+
+
+@pytest.fixture(scope="module")
+def small_engine(cache_dir):
+    return Engine(Settings.load(env={}, cache_dir=cache_dir, recent=4, window=5, utterance_k=3), llm=None)
+
+
+def history_part(messages):
+    """The verbatim history: after the system/context messages, before the request."""
+    body = list(messages[:-1])
+    while body and body[0]["role"] == "system":
+        body.pop(0)
+    return body
+
+
+@pytest.mark.parametrize("strategy", ALL)
+@pytest.mark.parametrize("budget", [None, Budget.parse("40%"), Budget.parse("150")])
+def test_boundary_rules(small_engine, strategy, budget):
+    thread = tool_thread()
+    result = small_engine.ask(thread, "what was the Hong Kong load?", strategy=strategy, budget=budget)
+    msgs = result.prompt.messages
+    # the system prompt comes first, untouched
+    assert msgs[0] == {"role": "system", "content": "You are the ops bot. Never reveal passwords."}
+    # the request comes last
+    assert msgs[-1] == {"role": "user", "content": "what was the Hong Kong load?"}
+    history = history_part(msgs)
+    # the history starts on a user turn
+    assert history and history[0]["role"] == "user"
+    # every tool result follows the assistant call it answers
+    for i, m in enumerate(history):
+        if m["role"] == "tool":
+            calls = [c["id"] for c in history[i - 1].get("tool_calls", [])] if history[i - 1]["role"] == "assistant" \
+                else [c["id"] for c in history[i - 2].get("tool_calls", [])]
+            assert m["tool_call_id"] in calls
+        for c in m.get("tool_calls") or []:
+            assert any(x.get("tool_call_id") == c["id"] for x in history[i + 1:])
+    # the last two exchanges are verbatim
+    last_user = [i for i, m in enumerate(thread.messages) if m.role == "user"][-2]
+    tail = [thread.messages[p].to_openai() for p in range(last_user, len(thread.messages))]
+    assert history[-len(tail):] == tail
+    # retrieved text lives in its own delimited message, never inside the system prompt
+    assert "<retrieved_history>" not in msgs[0]["content"]
+    for m in msgs[1:-1]:
+        if "<retrieved_history>" in (m["content"] or ""):
+            assert m["content"].rstrip().endswith("</retrieved_history>")
+    # a budget is a hard limit
+    if budget is not None:
+        assert result.prompt.tokens <= budget.tokens(result.full_tokens) or result.prompt.notes
+    assert result.prompt.tokens == __import__("indexers.tokens", fromlist=["x"]).count_messages(msgs)
+
+
+def test_budget_drops_lowest_ranked_blocks_first(small_engine):
+    thread = tool_thread()
+    free = small_engine.ask(thread, "Hong Kong load", strategy="utterances")
+    tight = small_engine.ask(thread, "Hong Kong load", strategy="utterances",
+                             budget=Budget.parse(str(free.prompt.tokens - 1)))
+    kept = [r.rank for r in tight.prompt.selection.retrieved]
+    assert kept == list(range(len(kept))) and len(kept) < len(free.prompt.selection.retrieved)
+    assert tight.prompt.selection.history == free.prompt.selection.history
+
+
+def test_worked_example_blocks_keep_every_ramen_turn_at_half_the_tokens(engine, ramen):
+    results = {r.strategy: r for r in engine.compare(ramen, RAMEN_REQUEST, ALL)}
+    blocks = results["blocks"]
+    assert RAMEN_TURNS <= blocks.included
+    assert blocks.prompt.tokens <= 0.5 * blocks.full_tokens
+    assert blocks.llm_calls <= 1
+    assert blocks.prompt.messages[0]["role"] == "system"  # the context message
+    # the simple methods lose ramen turns
+    assert not RAMEN_TURNS <= results["utterances"].included
+    assert not RAMEN_TURNS <= results["window"].included
+    assert RAMEN_TURNS <= results["full"].included
+
+
+def test_retrieved_context_is_chronological_and_dated(engine, ramen):
+    result = engine.ask(ramen, RAMEN_REQUEST)
+    context = result.prompt.messages[0]["content"]
+    assert "2025-07-29 09:00" in context
+    assert context.index("一蘭") < context.index("すみれ")
+
+
+def test_min_score_compatibility_mode(cache_dir, ramen):
+    strict = Engine(Settings.load(env={}, cache_dir=cache_dir, min_score=0.99), llm=None)
+    assert strict.ask(ramen, RAMEN_REQUEST).prompt.selection.retrieved == ()
+
+
+def test_english_thread(engine, english):
+    request = "What did we decide about the Hong Kong server?"
+    result = engine.ask(english, request)
+    assert set(english.ground_truth(request).relevant) <= result.included
+    assert result.prompt.tokens < result.full_tokens
+
+
+def test_unknown_strategy(engine, ramen):
+    from indexers.errors import ConfigError
+    with pytest.raises(ConfigError, match="blocks"):
+        engine.ask(ramen, "x", strategy="magic")
