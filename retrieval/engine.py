@@ -142,6 +142,8 @@ class Engine:
     def describe(self) -> dict[str, Any]:
         s = self.settings
         return {"embedder": s.embedder, "segmenter": s.segmenter, "gap_seconds": s.gap_seconds,
-                "max_block_tokens": s.max_block_tokens, "top_n": s.top_n, "recent": s.recent,
+                "max_block_tokens": s.max_block_tokens, "top_n": s.top_n, "min_score": s.min_score,
+                "relative_score": s.relative_score, "recent": s.recent, "window": s.window,
+                "utterance_k": s.utterance_k,
                 "block_scoring": s.block_scoring, "keyword": s.keyword,
                 "llm": s.llm.model if s.llm else None}

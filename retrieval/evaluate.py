@@ -57,6 +57,11 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
     tallies = {name: _Tally() for name in strategies}
     skipped = 0
     needs_index = any(get_strategy(n).uses_search for n in strategies)
+    if needs_index:
+        # Load the tokenizer and the query embedder outside the timed loop: a bot pays
+        # that once per process, not per request.
+        engine.keywords("warm up")
+        engine.embedder.inner.embed(["warm up"], "query")
     for thread in threads:
         progress = on_thread(thread, len(thread.messages)) if on_thread else None
         if needs_index:
