@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from indexers.build import build_index
 from indexers.cache import EmbeddingCache
 from indexers.embed import CachedEmbedder, get_embedder
+from indexers.errors import ConfigError, InputError
 from indexers.index import HistoryIndex, thread_fingerprint
 from indexers.model import Thread
 from indexers.segment import get_segmenter
@@ -97,6 +98,8 @@ class Engine:
             keywords: KeywordResult | None = None, answer: bool = False) -> AskResult:
         """Build the prompt for `request` with one strategy; optionally send it to the LLM."""
         s = self.settings
+        if not request.strip():
+            raise InputError("the request is empty")
         strat = get_strategy(strategy)
         full = self.full_tokens(thread, request)
         limit = budget.tokens(full) if budget else (s.history_budget if strategy == "token-budget" else None)
@@ -129,10 +132,6 @@ class Engine:
         return out
 
     def _answer(self, result: AskResult) -> AskResult:
-        from dataclasses import replace
-
-        from indexers.errors import ConfigError
-
         if self.llm is None:
             raise ConfigError("--answer needs an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY (or the "
                               "AZURE_OPENAI_* variables) and SEMHIST_LLM_MODEL, or run semhist llm-server")

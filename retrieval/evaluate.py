@@ -29,7 +29,9 @@ class _Tally:
 
     def summary(self) -> dict[str, float | int]:
         if not self.recall:
-            return {"n_queries": 0}
+            return {**{k: None for k in ("evidence_recall", "all_evidence_rate", "mean_prompt_tokens",
+                                         "token_ratio", "p50_ms", "p95_ms")}, "n_queries": 0,
+                    "over_budget": 0, "llm_calls": 0}
         return {
             "evidence_recall": round(float(np.mean(self.recall)), 4),
             "all_evidence_rate": round(float(np.mean(self.complete)), 4),

@@ -130,3 +130,12 @@ def test_eval_contract_on_a_public_benchmark_thread(cache_dir, dataset):
         assert CONTRACT <= set(metrics), name
         assert metrics["token_ratio"] <= 0.10 + 1e-9
     assert report["strategies"]["blocks"]["evidence_recall"] > report["strategies"]["window"]["evidence_recall"]
+
+
+def test_empty_request_and_dataset_without_queries(cache_dir, tmp_path):
+    proc = semhist("ask", str(SAMPLES / "ramen.json"), "  ", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 2 and "request is empty" in proc.stderr
+    path = tmp_path / "noq.jsonl"
+    path.write_text(json.dumps({"id": "t", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    report = json.loads(semhist("eval", str(path), "--json", "--quiet", cache_dir=cache_dir).stdout)
+    assert report["strategies"]["blocks"]["n_queries"] == 0 and CONTRACT <= set(report["strategies"]["blocks"])
