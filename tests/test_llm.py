@@ -55,3 +55,15 @@ def test_compare_counts_one_llm_call(llm_env, cache_dir):
     assert rows["blocks"]["keyword_source"] == "llm" and rows["blocks"]["llm_calls"] == 1
     assert rows["full"]["llm_calls"] == 0
     assert rows["blocks"]["evidence_kept"] == 24
+
+
+def test_model_is_assembled_once_and_verified(tmp_path):
+    from retrieval.llm_server import MODEL_SHA256, model_is_built, model_path
+
+    assert not model_is_built(tmp_path)
+    path = model_path(tmp_path)
+    assert model_is_built(tmp_path) and path.stat().st_size > 1_000_000_000
+    assert path.with_suffix(".sha256").read_text().strip() == MODEL_SHA256
+    mtime = path.stat().st_mtime_ns
+    assert model_path(tmp_path) == path and path.stat().st_mtime_ns == mtime  # not rebuilt
+    path.unlink()  # 1.1 GB: do not leave a second copy behind
