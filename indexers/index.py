@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from .errors import BackendError, ConfigError, IndexMismatchError, InputError
+from .lexical import BM25
 from .model import Block, Thread
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def _faiss():
@@ -86,10 +87,34 @@ class HistoryIndex:
     message_ids: tuple[int, ...]  # positions in thread.messages of each vector row
     messages: VectorIndex
     block_vectors: VectorIndex | None  # one vector per block from its joined text, when built
+    terms: tuple[tuple[str, ...], ...]  # BM25 terms of each message row
 
     @property
     def embedder_id(self) -> str:
         return self.manifest["embedder"]
+
+    @cached_property
+    def lexical(self) -> BM25:
+        """BM25 over single messages."""
+        return BM25(self.terms)
+
+    @cached_property
+    def block_lexical(self) -> BM25:
+        """BM25 over whole blocks: a block that has the city and the topic wins over a
+        message that has only one of them."""
+        rows = {p: i for i, p in enumerate(self.message_ids)}
+        return BM25([[t for p in b.message_ids for t in self.terms[rows[p]]] for b in self.blocks])
+
+    @cached_property
+    def row_of(self) -> dict[int, int]:
+        return {p: i for i, p in enumerate(self.message_ids)}
+
+    @cached_property
+    def block_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first row, end row) of each block: rows are stored block after block."""
+        sizes = np.array([len(b.message_ids) for b in self.blocks], dtype=np.int64)
+        ends = np.cumsum(sizes)
+        return ends - sizes, ends
 
     @cached_property
     def row_block(self) -> np.ndarray:
@@ -115,6 +140,7 @@ class HistoryIndex:
         payload = {
             "manifest": self.manifest,
             "message_ids": list(self.message_ids),
+            "terms": [list(t) for t in self.terms],
             "blocks": [
                 {"id": b.id, "message_ids": list(b.message_ids), "tokens": b.tokens,
                  "start_time": b.start_time.isoformat() if b.start_time else None,
@@ -150,4 +176,7 @@ class HistoryIndex:
             block_vectors = VectorIndex.load(directory / "blocks.faiss")
         if messages.dim != manifest.get("dim") or messages.size != len(payload["message_ids"]):
             raise IndexMismatchError(f"{directory}: vectors do not match the manifest; rebuild the index")
-        return cls(manifest, blocks, tuple(payload["message_ids"]), messages, block_vectors)
+        terms = tuple(tuple(t) for t in payload.get("terms", []))
+        if len(terms) != len(payload["message_ids"]):
+            raise IndexMismatchError(f"{directory}: lexical terms do not match the messages; rebuild the index")
+        return cls(manifest, blocks, tuple(payload["message_ids"]), messages, block_vectors, terms)

@@ -1,9 +1,15 @@
-"""Segmentation: group consecutive messages into blocks that are retrieved as a unit."""
+"""Segmentation: group consecutive messages into blocks that are retrieved as a unit.
+
+Both segmenters work left to right and only ever revise the open tail (the block still
+growing at the end of the thread), so a new message never re-segments closed history.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Protocol
+
+import numpy as np
 
 from .errors import ConfigError
 from .model import Block, Message
@@ -11,63 +17,159 @@ from .tokens import count_message
 
 
 class Segmenter(Protocol):
-    """Splits a thread's messages into blocks (message ids are positions in `messages`)."""
+    """Splits messages into blocks; `vectors[i]` is the embedding of `messages[i]` (optional).
 
-    def segment(self, messages: Sequence[Message]) -> list[Block]: ...
+    Block message ids are positions in `messages`; system messages are never in a block.
+    """
+
+    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]: ...
+
+
+def drift(vectors: np.ndarray, window: int) -> np.ndarray:
+    """drift[i] = 1 - cosine(mean of the `window` vectors before i, mean of those from i on).
+
+    drift[0] is 0. Window means come from cumulative sums, so this is O(n).
+    """
+    n = len(vectors)
+    out = np.zeros(n, dtype=np.float32)
+    if n < 2:
+        return out
+    csum = np.vstack([np.zeros((1, vectors.shape[1]), dtype=np.float64), np.cumsum(vectors, axis=0, dtype=np.float64)])
+    idx = np.arange(1, n)
+    left = csum[idx] - csum[np.maximum(0, idx - window)]
+    right = csum[np.minimum(n, idx + window)] - csum[idx]
+    norms = np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)
+    out[1:] = 1.0 - np.einsum("ij,ij->i", left, right) / np.maximum(norms, 1e-12)
+    return out
 
 
 class TimeGapSegmenter:
-    """A pause longer than `gap_seconds` starts a block; so does exceeding `max_block_tokens`.
+    """A pause longer than `gap_seconds` starts a block.
 
-    System messages are never put in a block (the system prompt is never retrieved), and a
-    size cut never separates a tool result from the call before it. Messages without a
-    timestamp are grouped by size alone.
+    A block that would grow past `max_block_tokens` is cut where the topic drifts most
+    within it (by embedding drift when vectors are given, else at the size limit), keeping
+    at least `min_block_messages` on the closed side. A tool result never leaves its call.
+    Messages without timestamps are grouped by size (and drift) alone.
     """
 
-    def __init__(self, gap_seconds: float = 300.0, max_block_tokens: int = 400):
+    def __init__(self, gap_seconds: float = 300.0, max_block_tokens: int = 1200,
+                 min_block_messages: int = 3, drift_window: int = 2):
         self.gap_seconds = gap_seconds
         self.max_block_tokens = max_block_tokens
+        self.min_block_messages = min_block_messages
+        self.drift_window = drift_window
 
-    def segment(self, messages: Sequence[Message]) -> list[Block]:
+    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]:
         groups: list[list[int]] = []
-        sizes: list[int] = []
-        current: list[int] = []
-        size = 0
+        for run in self._time_runs(messages):
+            groups.extend(self._split_run(messages, run, vectors))
+        return _blocks(messages, groups)
+
+    def _time_runs(self, messages: Sequence[Message]) -> list[list[int]]:
+        runs: list[list[int]] = []
         previous: Message | None = None
         for pos, msg in enumerate(messages):
             if msg.role == "system":
                 continue
-            tokens = count_message(msg.to_openai())
-            if current and self._starts_block(previous, msg, size + tokens):
-                groups.append(current)
-                sizes.append(size)
-                current, size = [], 0
-            current.append(pos)
-            size += tokens
+            if not runs or (msg.role != "tool" and self._gap(previous, msg)):
+                runs.append([])
+            runs[-1].append(pos)
             previous = msg
-        if current:
-            groups.append(current)
-            sizes.append(size)
-        return [
-            Block(i, tuple(ids), messages[ids[0]].timestamp, messages[ids[-1]].timestamp, sizes[i])
-            for i, ids in enumerate(groups)
-        ]
+        return runs
 
-    def _starts_block(self, previous: Message | None, msg: Message, size_with_msg: int) -> bool:
-        if msg.role == "tool":  # a result stays with its call
+    def _gap(self, previous: Message | None, msg: Message) -> bool:
+        if previous is None or previous.timestamp is None or msg.timestamp is None:
             return False
-        if previous and previous.timestamp and msg.timestamp:
-            if (msg.timestamp - previous.timestamp).total_seconds() > self.gap_seconds:
-                return True
-        return size_with_msg > self.max_block_tokens
+        return (msg.timestamp - previous.timestamp).total_seconds() > self.gap_seconds
+
+    def _cuttable(self, messages: Sequence[Message], pos: int) -> bool:
+        return messages[pos].role != "tool"
+
+    def _split_run(self, messages, run: list[int], vectors) -> list[list[int]]:
+        """Left to right: when the open block outgrows the limit, close it at its best cut."""
+        scores = drift(vectors[run], self.drift_window) if vectors is not None else None
+        groups: list[list[int]] = []
+        start, size = 0, 0
+        for k, pos in enumerate(run):
+            size += count_message(messages[pos].to_openai())
+            if size <= self.max_block_tokens or k - start < 1:
+                continue
+            cut = self._best_cut(messages, run, scores, start, k)
+            if cut is None:  # nowhere to cut without separating a tool result: keep growing
+                continue
+            groups.append(run[start:cut])
+            start = cut
+            size = sum(count_message(messages[p].to_openai()) for p in run[start:k + 1])
+        groups.append(run[start:])
+        return [g for g in groups if g]
+
+    def _best_cut(self, messages, run, scores, start: int, end: int) -> int | None:
+        """Where to close run[start:end+1]: the highest-drift cuttable point, if any."""
+        lo = start + min(self.min_block_messages, end - start)
+        candidates = [c for c in range(lo, end + 1) if self._cuttable(messages, run[c])]
+        if not candidates:
+            return None
+        if scores is None:
+            return candidates[-1]
+        return max(candidates, key=lambda c: (scores[c], c))
 
 
-SEGMENTERS: dict[str, Callable[..., Segmenter]] = {"time-gap": TimeGapSegmenter}
+class TopicSegmenter(TimeGapSegmenter):
+    """Time gaps plus cuts where the topic drifts: a local drift peak above the `percentile`
+    of the thread's own recent drift (no fixed cosine), blocks of at least
+    `min_block_messages`, and the size limit of the time-gap segmenter."""
+
+    def __init__(self, gap_seconds: float = 300.0, max_block_tokens: int = 1200,
+                 min_block_messages: int = 3, drift_window: int = 2, percentile: float = 90.0,
+                 history: int = 512):
+        super().__init__(gap_seconds, max_block_tokens, min_block_messages, drift_window)
+        self.percentile = percentile
+        self.history = history
+
+    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]:
+        if vectors is None:
+            return super().segment(messages, None)
+        seen: list[float] = []  # the thread's drift so far: thresholds adapt to each thread
+        groups: list[list[int]] = []
+        for run in self._time_runs(messages):
+            for topic in self._topic_cuts(messages, run, vectors, seen):
+                groups.extend(self._split_run(messages, topic, vectors))
+        return _blocks(messages, groups)
+
+    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: list[float]) -> list[list[int]]:
+        scores = drift(vectors[run], self.drift_window)
+        groups: list[list[int]] = []
+        start = 0
+        for k in range(1, len(run)):
+            recent = seen[-self.history:]
+            threshold = np.percentile(recent, self.percentile) if len(recent) >= 16 else np.inf
+            seen.append(float(scores[k]))
+            peak = scores[k] >= scores[k - 1] and (k + 1 >= len(run) or scores[k] >= scores[k + 1])
+            if (peak and scores[k] >= threshold and k - start >= self.min_block_messages
+                    and len(run) - k >= 1 and self._cuttable(messages, run[k])):
+                groups.append(run[start:k])
+                start = k
+        groups.append(run[start:])
+        return groups
 
 
-def get_segmenter(name: str, *, gap_seconds: float, max_block_tokens: int) -> Segmenter:
+def _blocks(messages: Sequence[Message], groups: list[list[int]]) -> list[Block]:
+    return [
+        Block(i, tuple(ids), messages[ids[0]].timestamp, messages[ids[-1]].timestamp,
+              sum(count_message(messages[p].to_openai()) for p in ids))
+        for i, ids in enumerate(groups)
+    ]
+
+
+SEGMENTERS: dict[str, Callable[..., Segmenter]] = {
+    "time-gap": TimeGapSegmenter,
+    "time+topic": TopicSegmenter,
+}
+
+
+def get_segmenter(name: str, **params) -> Segmenter:
     try:
         factory = SEGMENTERS[name]
     except KeyError:
         raise ConfigError(f"unknown segmenter {name!r}; valid: {', '.join(sorted(SEGMENTERS))}") from None
-    return factory(gap_seconds=gap_seconds, max_block_tokens=max_block_tokens)
+    return factory(**params)

@@ -70,7 +70,8 @@ class Settings:
     embedder: str = "use-m3"
     segmenter: str = "time-gap"
     gap_seconds: float = 300.0
-    max_block_tokens: int = 400
+    max_block_tokens: int = 1200
+    min_block_messages: int = 3
     timezone: str = "UTC"
     lenient: bool = False
     top_n: int = 3
@@ -78,6 +79,8 @@ class Settings:
     relative_score: float = 0.5
     block_scoring: str = "best-message"
     recent: int = 6
+    hit_window: int = 2
+    context_tokens: int = 1500
     window: int = 10
     utterance_k: int = 10
     history_budget: int = 1000
@@ -107,15 +110,16 @@ class Settings:
         return replace(settings, llm=llm).validated()
 
     def validated(self) -> Settings:
-        positive = ("gap_seconds", "max_block_tokens", "top_n", "window", "utterance_k",
-                    "history_budget", "llm_timeout")
+        positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
+                    "utterance_k", "history_budget", "context_tokens", "llm_timeout")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if not 0 <= self.relative_score <= 1:
             raise ConfigError(f"relative_score must be within 0..1, got {self.relative_score!r}")
-        if self.recent < 0:
-            raise ConfigError(f"recent must be >= 0, got {self.recent!r}")
+        for name in ("recent", "hit_window"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         choices = {
             "keyword": ("auto", "llm", "local"),
             "block_scoring": ("best-message", "joined"),

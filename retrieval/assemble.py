@@ -14,7 +14,7 @@ from typing import Any
 from indexers.model import Thread
 from indexers.tokens import REPLY_PRIMING, count_message
 
-from .select import PROTECTED_UNITS, Retrieved, Selection
+from .select import PROTECTED_UNITS, Retrieved, Selection, context_line
 
 CONTEXT_HEADER = (
     "Earlier messages of this conversation relevant to the next request, retrieved in "
@@ -39,18 +39,13 @@ def _when(start: datetime | None, end: datetime | None) -> str:
     return text
 
 
-def _speaker(thread: Thread, pos: int) -> str:
-    msg = thread.messages[pos]
-    return f"{msg.role} ({msg.name})" if msg.name else msg.role
-
-
 def render_context(thread: Thread, retrieved: tuple[Retrieved, ...]) -> str:
     """The context message body: each retrieved group dated, groups in chronological order."""
     parts = [CONTEXT_HEADER, "<retrieved_history>"]
     for run in _runs(sorted(p for r in retrieved for p in r.message_ids)):
         first, last = thread.messages[run[0]], thread.messages[run[-1]]
         parts.append(f"--- {_when(first.timestamp, last.timestamp)} ---")
-        parts.extend(f"{_speaker(thread, p)}: {thread.messages[p].content}" for p in run)
+        parts.extend(context_line(thread, p) for p in run)
     parts.append("</retrieved_history>")
     return "\n".join(parts)
 
@@ -81,12 +76,24 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     return out
 
 
+def fixed_cost(thread: Thread, request: str, system_prompt: str | None) -> int:
+    """Tokens no strategy can save: reply priming, system prompt(s) and the request."""
+    return REPLY_PRIMING + count_message({"role": "user", "content": request}) + sum(
+        count_message(m) for m in system_messages(thread, system_prompt))
+
+
+def history_cost(thread: Thread, positions) -> int:
+    return sum(count_message(thread.messages[p].to_openai()) for p in positions)
+
+
+CONTEXT_OVERHEAD = 40  # the context message's own header, tags and message overhead
+
+
 def fit(thread: Thread, selection: Selection, request: str, budget: int | None, *,
         system_prompt: str | None = None, context_role: str = "system") -> Prompt:
     """Assemble, dropping the lowest-ranked retrieved groups first, then the oldest history
     units, until the prompt fits `budget` tokens (None = no budget)."""
-    fixed = REPLY_PRIMING + count_message({"role": "user", "content": request}) + sum(
-        count_message(m) for m in system_messages(thread, system_prompt))
+    fixed = fixed_cost(thread, request, system_prompt)
     retrieved = list(selection.retrieved)
     history = list(selection.history)
     unit_cost = [sum(count_message(thread.messages[p].to_openai()) for p in u) for u in history]

@@ -72,7 +72,8 @@ class Engine:
         key = thread_fingerprint(thread)
         if key not in self._indexes:
             s = self.settings
-            params = {"gap_seconds": s.gap_seconds, "max_block_tokens": s.max_block_tokens}
+            params = {"gap_seconds": s.gap_seconds, "max_block_tokens": s.max_block_tokens,
+                      "min_block_messages": s.min_block_messages}
             segmenter = get_segmenter(s.segmenter, **params)
             self._indexes[key] = build_index(
                 thread, self.embedder, segmenter, segmenter_name=s.segmenter, segmenter_params=params,
@@ -86,9 +87,13 @@ class Engine:
         self._indexes[thread_fingerprint(thread)] = index
         return index
 
-    def keywords(self, request: str) -> KeywordResult:
+    def keywords(self, request: str, thread: Thread | None = None) -> KeywordResult:
+        """What to search for; relative dates resolve against the thread's last message."""
+        anchor = None
+        if thread is not None:
+            anchor = next((m.timestamp for m in reversed(thread.messages) if m.timestamp), None)
         return extract_keywords(request, self.llm if self.settings.keyword != "local" else None,
-                                self.settings.keyword)
+                                self.settings.keyword, anchor)
 
     def full_tokens(self, thread: Thread, request: str) -> int:
         return fit(thread, get_strategy("full").select(strategy_input(thread, self.settings)), request,
@@ -107,9 +112,9 @@ class Engine:
         start = time.perf_counter()
         vector, scores = None, {}
         if strat.uses_search:
-            keywords = keywords or self.keywords(request)
+            keywords = keywords or self.keywords(request, thread)
             vector = embed_query(self.embedder, keywords.query)
-        selection = strat.select(strategy_input(thread, s, index, vector))
+        selection = strat.select(strategy_input(thread, s, index, vector, keywords, request, limit))
         prompt = fit(thread, selection, request, limit, system_prompt=s.system_prompt,
                      context_role=s.context_role)
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)
@@ -127,7 +132,7 @@ class Engine:
         out = []
         for name in strategies:
             if get_strategy(name).uses_search and kw is None:
-                kw = self.keywords(request)
+                kw = self.keywords(request, thread)
             out.append(self.ask(thread, request, strategy=name, budget=budget, keywords=kw))
         return out
 
@@ -143,6 +148,8 @@ class Engine:
         return {"embedder": s.embedder, "segmenter": s.segmenter, "gap_seconds": s.gap_seconds,
                 "max_block_tokens": s.max_block_tokens, "top_n": s.top_n, "min_score": s.min_score,
                 "relative_score": s.relative_score, "recent": s.recent, "window": s.window,
+                "hit_window": s.hit_window, "context_tokens": s.context_tokens,
+                "min_block_messages": s.min_block_messages,
                 "utterance_k": s.utterance_k,
                 "block_scoring": s.block_scoring, "keyword": s.keyword,
                 "llm": s.llm.model if s.llm else None}

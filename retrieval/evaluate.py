@@ -72,7 +72,7 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
             if not query.has_evidence:
                 skipped += 1
                 continue
-            keywords = engine.keywords(query.text) if needs_index else None
+            keywords = engine.keywords(query.text, thread) if needs_index else None
             relevant = set(query.relevant)
             for name in strategies:
                 result = engine.ask(thread, query.text, strategy=name, budget=budget, keywords=keywords)

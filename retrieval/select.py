@@ -7,12 +7,29 @@ separates a tool call from its result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from indexers.model import Message
+from indexers.model import Message, Thread
+from indexers.tokens import count_text
 
 PROTECTED_UNITS = 2  # the last two exchanges stay verbatim ("それ" needs them)
+RUN_OVERHEAD = 16  # tokens of the dated header line of one retrieved stretch
+MIN_USEFUL = 40  # below this many free tokens, packing stops
+
+
+def speaker(thread: Thread, pos: int) -> str:
+    msg = thread.messages[pos]
+    return f"{msg.role} ({msg.name})" if msg.name else msg.role
+
+
+def context_line(thread: Thread, pos: int) -> str:
+    """How one retrieved message reads inside the context message."""
+    return f"{speaker(thread, pos)}: {thread.messages[pos].content}"
+
+
+def line_cost(thread: Thread, pos: int) -> int:
+    return count_text(context_line(thread, pos)) + 1
 
 
 @dataclass(frozen=True)
@@ -77,22 +94,29 @@ def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], ma
     return tuple(kept)
 
 
-def top_blocks(scored, top_n: int, min_score: float | None, relative_score: float,
-               exclude: frozenset[int]) -> list[Retrieved]:
-    """The best `top_n` blocks, minus messages already kept verbatim.
+def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float, int | None]],
+         cost: Callable[[int], int], budget: int, exclude: frozenset[int],
+         max_groups: int | None = None) -> list[Retrieved]:
+    """Fill `budget` tokens greedily in rank order.
 
-    A block is also left out when it scores below `min_score` (absolute, per embedder) or
-    below `relative_score` times the best block's score: a block far weaker than the best
-    is another topic, and a fixed top-N would otherwise always fill up with one.
+    Each candidate offers alternatives, largest first (a whole block, then a window around
+    its best message); the first alternative that still fits is taken, so a block is never
+    cut below the window a fact needs. Messages already kept are not paid for twice.
     """
     out: list[Retrieved] = []
-    floor = scored[0].score * relative_score if scored and scored[0].score > 0 else None
-    for sb in scored:
-        if len(out) >= top_n or (min_score is not None and sb.score < min_score):
+    taken = set(exclude)
+    spent = 0
+    for alternatives, score, block_id in candidates:
+        for ids in alternatives:
+            new = tuple(p for p in ids if p not in taken)
+            if not new:
+                break
+            price = sum(cost(p) for p in new) + RUN_OVERHEAD
+            if spent + price <= budget:
+                out.append(Retrieved(new, score, len(out), block_id))
+                taken.update(new)
+                spent += price
+                break
+        if (max_groups and len(out) >= max_groups) or budget - spent < MIN_USEFUL:
             break
-        if floor is not None and sb.score < floor:
-            break
-        ids = tuple(p for p in sb.block.message_ids if p not in exclude)
-        if ids:
-            out.append(Retrieved(ids, sb.score, len(out), sb.block.id))
     return out

@@ -18,8 +18,12 @@ from indexers.index import HistoryIndex
 from indexers.model import Thread
 from indexers.settings import Settings
 
-from .search import score_blocks, score_messages
-from .select import Retrieved, Selection, last_units, top_blocks, turn_units
+from .assemble import CONTEXT_OVERHEAD, fixed_cost, history_cost
+from .keyword import TOPIC, KeywordResult
+from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages
+from .select import Retrieved, Selection, last_units, line_cost, pack, turn_units
+
+Candidate = tuple[tuple[tuple[int, ...], ...], float, "int | None"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,9 @@ class StrategyInput:
     settings: Settings
     index: HistoryIndex | None = None
     query_vector: np.ndarray | None = None
+    keywords: KeywordResult | None = None
+    request: str = ""
+    budget_tokens: int | None = None  # the hard limit for the whole prompt, when one is set
 
 
 class Strategy(Protocol):
@@ -79,16 +86,85 @@ class Utterances:
 
 
 class Blocks:
-    """semhist's own: top-N time-gap blocks by keyword, chronological, plus the recent turns."""
+    """semhist's own: blocks and hits chosen by hybrid search, packed into the budget by rank,
+    merged chronologically with the recent turns.
+
+    A request that names a time takes the messages of that time first. A topic request
+    ("what did we say about X", "summarize") takes whole blocks; a fact question takes a
+    window of neighbours around each hit (the answer is often the message after the hit).
+    """
 
     name, uses_search = "blocks", True
 
     def select(self, inp: StrategyInput) -> Selection:
-        s = inp.settings
-        recent = last_units(inp.thread.messages, inp.units, s.recent)
+        s, thread, index, plan = inp.settings, inp.thread, inp.index, inp.keywords
+        recent = last_units(thread.messages, inp.units, s.recent)
         kept = frozenset(p for u in recent for p in u)
-        scored = score_blocks(inp.index, inp.query_vector, s.block_scoring)
-        return Selection(tuple(top_blocks(scored, s.top_n, s.min_score, s.relative_score, kept)), recent)
+        dense = dense_rows(index, inp.query_vector)
+        if inp.budget_tokens is None:
+            budget, max_groups = s.context_tokens, s.top_n
+        else:
+            budget = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt) \
+                - history_cost(thread, kept) - CONTEXT_OVERHEAD
+            max_groups = None
+        candidates: list[Candidate] = []
+        if plan.time_range is not None:
+            candidates += _in_range(thread, index, plan)
+        if plan.intent == TOPIC:
+            candidates += _topic(index, dense, plan, s, relative=inp.budget_tokens is None)
+        else:
+            candidates += _facts(index, dense, plan, s.hit_window)
+        retrieved = pack(candidates, lambda p: line_cost(thread, p), budget, kept, max_groups)
+        return Selection(tuple(retrieved), recent)
+
+
+def _window(index: HistoryIndex, row: int, width: int) -> tuple[int, ...]:
+    """Positions of `row` and `width` neighbours each side, within the row's block."""
+    first, end = index.block_rows
+    b = index.row_block[row]
+    lo, hi = max(first[b], row - width), min(end[b], row + width + 1)
+    return tuple(index.message_ids[lo:hi])
+
+
+def _in_range(thread: Thread, index: HistoryIndex, plan: KeywordResult) -> list[Candidate]:
+    """The named time's messages, block by block, in chronological order, before anything else."""
+    out = []
+    for block in index.blocks:
+        ids = tuple(p for p in block.message_ids if plan.time_range.contains(thread.messages[p].timestamp))
+        if ids:
+            out.append(((ids,), float("inf"), block.id))
+    return out
+
+
+def _topic(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, s: Settings,
+           relative: bool) -> list[Candidate]:
+    """Whole blocks by hybrid block score; a block too big for what is left offers a window."""
+    scores = fused_blocks(index, dense, plan.terms)
+    best_dense = block_max(index, dense)
+    fused = fused_rows(index, dense, plan.terms)
+    first, end = index.block_rows
+    floor = -np.inf
+    if relative and len(best_dense):  # without a budget, a block far weaker than the best is another topic
+        floor = best_dense.max() * s.relative_score
+    if s.min_score is not None:
+        floor = max(floor, s.min_score)
+    out = []
+    for b in np.argsort(-scores, kind="stable"):
+        if best_dense[b] < floor:
+            continue
+        top_row = first[b] + int(np.argmax(fused[first[b]:end[b]]))
+        out.append(((index.blocks[b].message_ids, _window(index, top_row, s.hit_window)),
+                    float(scores[b]), index.blocks[b].id))
+    return out
+
+
+def _facts(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, width: int,
+           limit: int = 400) -> list[Candidate]:
+    """Windows around the best messages by fused dense + BM25 rank."""
+    fused = fused_rows(index, dense, plan.terms)
+    rows = np.argsort(-fused, kind="stable")[:limit]
+    return [((_window(index, int(r), width), (index.message_ids[r],)), float(fused[r]),
+             int(index.row_block[r])) for r in rows]
 
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
@@ -104,5 +180,7 @@ def get_strategy(name: str) -> Strategy:
 
 
 def strategy_input(thread: Thread, settings: Settings, index: HistoryIndex | None = None,
-                   query_vector: np.ndarray | None = None) -> StrategyInput:
-    return StrategyInput(thread, tuple(turn_units(thread.messages)), settings, index, query_vector)
+                   query_vector: np.ndarray | None = None, keywords: KeywordResult | None = None,
+                   request: str = "", budget_tokens: int | None = None) -> StrategyInput:
+    return StrategyInput(thread, tuple(turn_units(thread.messages)), settings, index, query_vector,
+                         keywords, request, budget_tokens)
