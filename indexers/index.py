@@ -93,6 +93,11 @@ class HistoryIndex:
     def embedder_id(self) -> str:
         return self.manifest["embedder"]
 
+    def warm(self) -> None:
+        """Build the derived lookups now (index time), not on the first query."""
+        for name in ("lexical", "block_lexical", "row_of", "block_rows", "row_block"):
+            getattr(self, name)
+
     @cached_property
     def lexical(self) -> BM25:
         """BM25 over single messages."""
@@ -142,7 +147,7 @@ class HistoryIndex:
             "message_ids": list(self.message_ids),
             "terms": [list(t) for t in self.terms],
             "blocks": [
-                {"id": b.id, "message_ids": list(b.message_ids), "tokens": b.tokens,
+                {"id": b.id, "message_ids": list(b.message_ids), "tokens": b.tokens, "parts": list(b.parts),
                  "start_time": b.start_time.isoformat() if b.start_time else None,
                  "end_time": b.end_time.isoformat() if b.end_time else None}
                 for b in self.blocks
@@ -167,7 +172,8 @@ class HistoryIndex:
             )
         stamp = lambda s: datetime.fromisoformat(s) if s else None  # noqa: E731
         blocks = tuple(
-            Block(b["id"], tuple(b["message_ids"]), stamp(b["start_time"]), stamp(b["end_time"]), b["tokens"])
+            Block(b["id"], tuple(b["message_ids"]), stamp(b["start_time"]), stamp(b["end_time"]), b["tokens"],
+                  tuple(b.get("parts", (0,))))
             for b in payload["blocks"]
         )
         messages = VectorIndex.load(directory / "messages.faiss")

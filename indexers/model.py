@@ -71,6 +71,14 @@ class Block:
     start_time: datetime | None
     end_time: datetime | None
     tokens: int
+    parts: tuple[int, ...] = (0,)  # offsets where topic sub-segments start inside the block
+
+    def part_of(self, offset: int) -> tuple[int, ...]:
+        """Message positions of the topic sub-segment holding the message at `offset`."""
+        starts = [p for p in self.parts if p <= offset]
+        lo = starts[-1] if starts else 0
+        later = [p for p in self.parts if p > offset]
+        return self.message_ids[lo:later[0] if later else len(self.message_ids)]
 
     @property
     def first(self) -> int:

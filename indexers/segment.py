@@ -53,17 +53,39 @@ class TimeGapSegmenter:
     """
 
     def __init__(self, gap_seconds: float = 300.0, max_block_tokens: int = 1200,
-                 min_block_messages: int = 3, drift_window: int = 2):
+                 min_block_messages: int = 3, drift_window: int = 2, percentile: float = 70.0):
         self.gap_seconds = gap_seconds
         self.max_block_tokens = max_block_tokens
         self.min_block_messages = min_block_messages
         self.drift_window = drift_window
+        self.percentile = percentile
 
     def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]:
         groups: list[list[int]] = []
         for run in self._time_runs(messages):
             groups.extend(self._split_run(messages, run, vectors))
-        return _blocks(messages, groups)
+        parts = self._parts(groups, vectors) if vectors is not None else None
+        return _blocks(messages, groups, parts)
+
+    def _parts(self, groups: list[list[int]], vectors: np.ndarray) -> list[tuple[int, ...]]:
+        """Topic sub-segments inside each block: cuts at drift peaks above the `percentile`
+        of the drift seen earlier in the thread (so closed blocks never change). Retrieval
+        takes a sub-segment when its whole block does not fit the budget."""
+        seen: list[float] = []
+        out = []
+        for ids in groups:
+            scores = drift(vectors[ids], self.drift_window)
+            cuts = [0]
+            for k in range(1, len(ids)):
+                recent = seen[-512:]
+                threshold = np.percentile(recent, self.percentile) if len(recent) >= 16 else np.inf
+                seen.append(float(scores[k]))
+                peak = scores[k] >= scores[k - 1] and (k + 1 >= len(ids) or scores[k] >= scores[k + 1])
+                if (peak and scores[k] >= threshold and k - cuts[-1] >= self.min_block_messages
+                        and len(ids) - k >= self.min_block_messages):
+                    cuts.append(k)
+            out.append(tuple(cuts))
+        return out
 
     def _time_runs(self, messages: Sequence[Message]) -> list[list[int]]:
         runs: list[list[int]] = []
@@ -122,8 +144,7 @@ class TopicSegmenter(TimeGapSegmenter):
     def __init__(self, gap_seconds: float = 300.0, max_block_tokens: int = 1200,
                  min_block_messages: int = 3, drift_window: int = 2, percentile: float = 90.0,
                  history: int = 512):
-        super().__init__(gap_seconds, max_block_tokens, min_block_messages, drift_window)
-        self.percentile = percentile
+        super().__init__(gap_seconds, max_block_tokens, min_block_messages, drift_window, percentile)
         self.history = history
 
     def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]:
@@ -134,7 +155,7 @@ class TopicSegmenter(TimeGapSegmenter):
         for run in self._time_runs(messages):
             for topic in self._topic_cuts(messages, run, vectors, seen):
                 groups.extend(self._split_run(messages, topic, vectors))
-        return _blocks(messages, groups)
+        return _blocks(messages, groups, self._parts(groups, vectors))
 
     def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: list[float]) -> list[list[int]]:
         scores = drift(vectors[run], self.drift_window)
@@ -153,10 +174,11 @@ class TopicSegmenter(TimeGapSegmenter):
         return groups
 
 
-def _blocks(messages: Sequence[Message], groups: list[list[int]]) -> list[Block]:
+def _blocks(messages: Sequence[Message], groups: list[list[int]],
+            parts: list[tuple[int, ...]] | None = None) -> list[Block]:
     return [
         Block(i, tuple(ids), messages[ids[0]].timestamp, messages[ids[-1]].timestamp,
-              sum(count_message(messages[p].to_openai()) for p in ids))
+              sum(count_message(messages[p].to_openai()) for p in ids), parts[i] if parts else (0,))
         for i, ids in enumerate(groups)
     ]
 

@@ -72,6 +72,7 @@ class Settings:
     gap_seconds: float = 300.0
     max_block_tokens: int = 1200
     min_block_messages: int = 3
+    topic_percentile: float = 70.0
     timezone: str = "UTC"
     lenient: bool = False
     top_n: int = 3

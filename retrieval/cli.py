@@ -24,6 +24,7 @@ log = logging.getLogger("semhist")
 def _settings_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("settings (override SEMHIST_* environment variables)")
     g.add_argument("--embedder", help="use-m3 (default), e5-small, or st:<model name or path>")
+    g.add_argument("--segmenter", help="time-gap (default) or time+topic")
     g.add_argument("--gap", dest="gap_seconds", type=float, help="seconds of silence that start a block (300)")
     g.add_argument("--max-block-tokens", type=int, help="largest block in tokens (400)")
     g.add_argument("--top-n", type=int, help="blocks to retrieve (3)")
@@ -42,7 +43,7 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    names = ("embedder", "gap_seconds", "max_block_tokens", "top_n", "min_score", "relative_score",
+    names = ("embedder", "segmenter", "gap_seconds", "max_block_tokens", "top_n", "min_score", "relative_score",
              "block_scoring", "recent", "window", "utterance_k", "keyword", "timezone",
              "system_prompt", "cache_dir", "lenient")
     return Settings.load(**{n: getattr(args, n, None) for n in names})

@@ -73,17 +73,19 @@ class Engine:
         if key not in self._indexes:
             s = self.settings
             params = {"gap_seconds": s.gap_seconds, "max_block_tokens": s.max_block_tokens,
-                      "min_block_messages": s.min_block_messages}
+                      "min_block_messages": s.min_block_messages, "percentile": s.topic_percentile}
             segmenter = get_segmenter(s.segmenter, **params)
             self._indexes[key] = build_index(
                 thread, self.embedder, segmenter, segmenter_name=s.segmenter, segmenter_params=params,
                 joined_blocks=s.block_scoring == "joined", progress=progress)
+            self._indexes[key].warm()
         return self._indexes[key]
 
     def use_index(self, thread: Thread, directory: str | Path) -> HistoryIndex:
         """Load a saved index for this thread, refusing one built with another embedder."""
         index = HistoryIndex.load(directory)
         index.check(self.embedder.id, thread)
+        index.warm()
         self._indexes[thread_fingerprint(thread)] = index
         return index
 

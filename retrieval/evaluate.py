@@ -26,6 +26,13 @@ class _Tally:
     ms: list[float] = field(default_factory=list)
     over_budget: int = 0
     llm_calls: int = 0
+    by_category: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
+
+    def categories(self) -> dict[str, dict[str, float | int]]:
+        return {cat: {"evidence_recall": round(float(np.mean([r for r, _ in v])), 4),
+                      "all_evidence_rate": round(float(np.mean([c for _, c in v])), 4),
+                      "n_queries": len(v)}
+                for cat, v in sorted(self.by_category.items())}
 
     def summary(self) -> dict[str, float | int]:
         if not self.recall:
@@ -80,6 +87,7 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
                 t = tallies[name]
                 t.recall.append(len(relevant & kept) / len(relevant))
                 t.complete.append(relevant <= kept)
+                t.by_category.setdefault(query.category or "none", []).append((t.recall[-1], t.complete[-1]))
                 t.tokens.append(result.prompt.tokens)
                 t.ratio.append(result.prompt.tokens / result.full_tokens)
                 t.ms.append(result.selection_ms)
@@ -93,4 +101,5 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
         "settings": engine.describe(),
         "skipped_queries": skipped,
         "strategies": {name: tallies[name].summary() for name in strategies},
+        "categories": {name: tallies[name].categories() for name in strategies},
     }

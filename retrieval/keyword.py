@@ -28,7 +28,7 @@ _TOPIC_EN = re.compile(
     r"\b(summari[sz]e|summary|recap|overview|remind me|what was said|"
     r"(talk|talked|discuss|discussed|chat|chatted|say|said|tell|told|decide|decided|agree|agreed)\s+(me\s+)?(about|on)\b|"
     r"what\s+(did|do|have)\s+[\w\s,]{1,40}?\s+(talk|talked|discuss|discussed|chat|chatted|say|said)\b)", re.I)
-_TOPIC_JA = re.compile(r"要約|まとめ|振り返|話題|話した|話して|話を|どんな話|何と言|何て言|言って|言ってた|"
+_TOPIC_JA = re.compile(r"要約|まとめ|振り返|話題|話した|話して|話を|の話|どんな話|どうなった|何と言|何て言|言って|言ってた|"
                        r"相談した|について(教えて|知りたい|まとめ|振り返)|やり(取|と)り")
 
 

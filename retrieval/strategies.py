@@ -138,7 +138,8 @@ def _in_range(thread: Thread, index: HistoryIndex, plan: KeywordResult) -> list[
 
 def _topic(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, s: Settings,
            relative: bool) -> list[Candidate]:
-    """Whole blocks by hybrid block score; a block too big for what is left offers a window."""
+    """Whole blocks by hybrid block score; a block too big for what is left offers its topic
+    sub-segment around the best message, then a window."""
     scores = fused_blocks(index, dense, plan.terms)
     best_dense = block_max(index, dense)
     fused = fused_rows(index, dense, plan.terms)
@@ -152,9 +153,10 @@ def _topic(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, s: Setti
     for b in np.argsort(-scores, kind="stable"):
         if best_dense[b] < floor:
             continue
-        top_row = first[b] + int(np.argmax(fused[first[b]:end[b]]))
-        out.append(((index.blocks[b].message_ids, _window(index, top_row, s.hit_window)),
-                    float(scores[b]), index.blocks[b].id))
+        offset = int(np.argmax(fused[first[b]:end[b]]))
+        block = index.blocks[b]
+        out.append(((block.message_ids, block.part_of(offset), _window(index, first[b] + offset, s.hit_window)),
+                    float(scores[b]), block.id))
     return out
 
 
