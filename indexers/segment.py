@@ -16,6 +16,10 @@ from .model import Block, Message
 from .tokens import count_message
 
 
+# Drift values a thread must have shown before its own percentile is trusted for cutting.
+MIN_HISTORY = 8
+
+
 class Segmenter(Protocol):
     """Splits messages into blocks; `vectors[i]` is the embedding of `messages[i]` (optional).
 
@@ -78,7 +82,7 @@ class TimeGapSegmenter:
             cuts = [0]
             for k in range(1, len(ids)):
                 recent = seen[-512:]
-                threshold = np.percentile(recent, self.percentile) if len(recent) >= 16 else np.inf
+                threshold = np.percentile(recent, self.percentile) if len(recent) >= MIN_HISTORY else np.inf
                 seen.append(float(scores[k]))
                 peak = scores[k] >= scores[k - 1] and (k + 1 >= len(ids) or scores[k] >= scores[k + 1])
                 if (peak and scores[k] >= threshold and k - cuts[-1] >= self.min_block_messages
@@ -109,14 +113,13 @@ class TimeGapSegmenter:
 
     def _split_run(self, messages, run: list[int], vectors) -> list[list[int]]:
         """Left to right: when the open block outgrows the limit, close it at its best cut."""
-        scores = drift(vectors[run], self.drift_window) if vectors is not None else None
         groups: list[list[int]] = []
         start, size = 0, 0
         for k, pos in enumerate(run):
             size += count_message(messages[pos].to_openai())
             if size <= self.max_block_tokens or k - start < 1:
                 continue
-            cut = self._best_cut(messages, run, scores, start, k)
+            cut = self._best_cut(messages, run, vectors, start, k)
             if cut is None:  # nowhere to cut without separating a tool result: keep growing
                 continue
             groups.append(run[start:cut])
@@ -125,15 +128,20 @@ class TimeGapSegmenter:
         groups.append(run[start:])
         return [g for g in groups if g]
 
-    def _best_cut(self, messages, run, scores, start: int, end: int) -> int | None:
-        """Where to close run[start:end+1]: the highest-drift cuttable point, if any."""
+    def _best_cut(self, messages, run, vectors, start: int, end: int) -> int | None:
+        """Where to close run[start:end+1]: the highest-drift cuttable point, if any.
+
+        Drift is measured on the open block alone, so the decision never depends on
+        messages that had not arrived yet when the block overflowed.
+        """
         lo = start + min(self.min_block_messages, end - start)
         candidates = [c for c in range(lo, end + 1) if self._cuttable(messages, run[c])]
         if not candidates:
             return None
-        if scores is None:
+        if vectors is None:
             return candidates[-1]
-        return max(candidates, key=lambda c: (scores[c], c))
+        scores = drift(vectors[run[start:end + 1]], self.drift_window)
+        return max(candidates, key=lambda c: (scores[c - start], c))
 
 
 class TopicSegmenter(TimeGapSegmenter):
@@ -163,11 +171,12 @@ class TopicSegmenter(TimeGapSegmenter):
         start = 0
         for k in range(1, len(run)):
             recent = seen[-self.history:]
-            threshold = np.percentile(recent, self.percentile) if len(recent) >= 16 else np.inf
+            threshold = np.percentile(recent, self.percentile) if len(recent) >= MIN_HISTORY else np.inf
             seen.append(float(scores[k]))
             peak = scores[k] >= scores[k - 1] and (k + 1 >= len(run) or scores[k] >= scores[k + 1])
-            if (peak and scores[k] >= threshold and k - start >= self.min_block_messages
-                    and len(run) - k >= 1 and self._cuttable(messages, run[k])):
+            settled = k + 1 + self.drift_window <= len(run)  # the peak test has all it reads
+            if (settled and peak and scores[k] >= threshold and k - start >= self.min_block_messages
+                    and self._cuttable(messages, run[k])):
                 groups.append(run[start:k])
                 start = k
         groups.append(run[start:])

@@ -1,0 +1,114 @@
+"""Hybrid retrieval, time-aware requests, budget packing and online segmentation."""
+
+import json
+
+import numpy as np
+import pytest
+
+from indexers.build import embedding_text
+from indexers.loader import load, loads
+from indexers.segment import TimeGapSegmenter, TopicSegmenter
+from indexers.settings import Budget
+from tests.conftest import SHARED_DATA
+
+DAYS = {
+    "2025-07-27": ["おすすめのラーメン屋は？", "一蘭のとんこつラーメンが人気です。", "トッピングは？", "半熟卵とチャーシューです。"],
+    "2025-07-28": ["週末に箱根へ行きます。天気は？", "晴れの予報です。", "温泉のおすすめは？", "強羅温泉がおすすめです。"],
+    "2025-07-29": ["Pythonの勉強方法は？", "小さなプログラムから始めましょう。", "おすすめの本は？", "入門書から読みましょう。"],
+}
+
+
+@pytest.fixture(scope="module")
+def days_thread():
+    rows = []
+    for day, texts in DAYS.items():
+        for i, text in enumerate(texts):
+            rows.append({"role": "user" if i % 2 == 0 else "assistant", "content": text,
+                         "timestamp": f"{day}T10:0{i}:00+09:00"})
+    return loads(json.dumps(rows)).only()
+
+
+def test_a_named_day_is_taken_first(engine, days_thread):
+    result = engine.ask(days_thread, "昨日話したことをまとめて")
+    assert result.keywords.time_range is not None
+    assert set(range(4, 8)) <= result.included  # 2025-07-28, the day before the last message
+    assert result.prompt.selection.retrieved[0].message_ids[0] == 4  # first, before any search hit
+
+
+def test_time_words_are_not_searched_as_a_topic(engine, days_thread):
+    kw = engine.keywords("先週の火曜日のラーメンの話をまとめて", days_thread)
+    assert kw.keywords == ("ラーメン",) and "先週" not in kw.search_text
+
+
+def test_fact_question_gets_the_hit_with_its_neighbours(engine, english):
+    result = engine.ask(english, "How do I get to Beppu from Tokyo?")
+    assert result.keywords.intent == "fact"
+    assert {26, 27} <= result.included  # the question and the answer after it
+
+
+def test_budget_is_filled_and_never_exceeded(engine, ramen):
+    small = engine.ask(ramen, "箱根のおすすめスポットはどこだったっけ？", budget=Budget.parse("30%"))
+    large = engine.ask(ramen, "箱根のおすすめスポットはどこだったっけ？", budget=Budget.parse("60%"))
+    for r in (small, large):
+        assert 0.75 * r.budget_tokens <= r.prompt.tokens <= r.budget_tokens
+    assert small.included <= large.included | small.included and len(large.included) > len(small.included)
+
+
+def test_ramen_topic_without_budget_still_keeps_every_ramen_turn(engine, ramen):
+    from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS
+    result = engine.ask(ramen, RAMEN_REQUEST)
+    assert RAMEN_TURNS <= result.included and result.prompt.tokens <= 0.5 * result.full_tokens
+
+
+def _vectors(engine, thread):
+    return engine.embedder.embed([embedding_text(m) for m in thread.messages])
+
+
+@pytest.mark.parametrize("segmenter", [TimeGapSegmenter(300, 120), TopicSegmenter(300, 400, percentile=70)])
+def test_a_new_message_only_resegments_the_open_tail(engine, ramen, segmenter):
+    vectors = _vectors(engine, ramen)
+    full = segmenter.segment(ramen.messages, vectors)
+    for k in range(10, len(ramen.messages), 7):
+        prefix = segmenter.segment(ramen.messages[:k], vectors[:k])
+        closed = prefix[:-1]
+        assert [b.message_ids for b in closed] == [b.message_ids for b in full[:len(closed)]], k
+        assert [b.parts for b in closed] == [b.parts for b in full[:len(closed)]], k
+
+
+def test_oversized_blocks_are_cut_where_the_topic_drifts(engine):
+    rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": t, "timestamp": 1_750_000_000 + 30 * i}
+            for i, t in enumerate(["ラーメンが好き", "とんこつですね", "味噌ラーメンも", "札幌が本場です", "塩ラーメンは？",
+                                   "函館が有名です", "明日の天気は？", "雨の予報です", "気温は？", "25度です",
+                                   "傘は要る？", "持って行きましょう"])]
+    thread = loads(json.dumps(rows)).only()
+    blocks = TimeGapSegmenter(300, 80).segment(thread.messages, _vectors(engine, thread))
+    assert any(b.message_ids[0] == 6 for b in blocks)  # the cut falls between ramen and weather
+
+
+def test_topic_sub_segments_are_recorded_and_saved(engine, tmp_path):
+    from indexers.index import HistoryIndex
+    if not (SHARED_DATA / "jmultiwoz_threads.jsonl").exists():
+        pytest.fail("../shared/data/jmultiwoz_threads.jsonl is missing")
+    with open(SHARED_DATA / "jmultiwoz_threads.jsonl", encoding="utf-8") as f:
+        thread = load.__globals__["loads"](f.readline()).only()
+    index = engine.index(thread)
+    assert any(len(b.parts) > 1 for b in index.blocks)
+    index.save(tmp_path / "idx")
+    assert [b.parts for b in HistoryIndex.load(tmp_path / "idx").blocks] == [b.parts for b in index.blocks]
+
+
+@pytest.mark.slow
+def test_selection_is_fast_on_a_long_thread(engine):
+    """The selection step, history indexed: the issue's target is p50 <= 5 ms on 700 messages;
+    the bound here is loose so a busy CI machine does not flake, tight enough to catch
+    re-embedding or rebuilding per request."""
+    import time
+    with open(SHARED_DATA / "locomo.jsonl", encoding="utf-8") as f:
+        thread = load.__globals__["loads"](f.readline()).only()
+    engine.index(thread)
+    times = []
+    for q in thread.queries[:60]:
+        start = time.perf_counter()
+        engine.ask(thread, q.text, budget=Budget.parse("10%"))
+        times.append((time.perf_counter() - start) * 1000)
+    assert float(np.median(times)) < 25
