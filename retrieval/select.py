@@ -14,13 +14,15 @@ from indexers.model import Message, Thread
 from indexers.tokens import count_text
 
 PROTECTED_UNITS = 2  # the last two exchanges stay verbatim ("それ" needs them)
-RUN_OVERHEAD = 16  # tokens of the dated header line of one retrieved stretch
+RUN_OVERHEAD = 8  # tokens of a stretch's [date time] header line, on average
 MIN_USEFUL = 40  # below this many free tokens, packing stops
 
 
 def speaker(thread: Thread, pos: int) -> str:
+    """Who said it: the author's name when known (it tells user from assistant in a chat
+    between people, and costs fewer tokens than role plus name), else the role."""
     msg = thread.messages[pos]
-    return f"{msg.role} ({msg.name})" if msg.name else msg.role
+    return msg.name or msg.role
 
 
 def context_line(thread: Thread, pos: int) -> str:
