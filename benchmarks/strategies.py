@@ -72,7 +72,8 @@ def plot(results: dict, path: Path) -> None:
             points = [(r["strategies"][strategy]["token_ratio"], r["strategies"][strategy]["evidence_recall"])
                       for r in data["reports"].values()]
             xs, ys = zip(*sorted(points))
-            ax.plot(xs, ys, marker="o", label=strategy, linewidth=2.5 if strategy == "blocks" else 1.2)
+            ax.plot(xs, ys, marker="o", label=strategy, linewidth=2.5 if strategy == "blocks" else 1.2,
+                    linestyle="--" if strategy == "full" else "-")  # under a budget full = token-budget
         ax.set_title(name)
         ax.set_xlabel("prompt tokens / full history tokens")
         ax.set_ylabel("evidence recall")

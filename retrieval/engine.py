@@ -112,7 +112,7 @@ class Engine:
         limit = budget.tokens(full) if budget else (s.history_budget if strategy == "token-budget" else None)
         index = self.index(thread) if strat.uses_search else None
         start = time.perf_counter()
-        vector, scores = None, {}
+        vector = None
         if strat.uses_search:
             keywords = keywords or self.keywords(request, thread)
             vector = embed_query(self.embedder, keywords.query)
@@ -120,7 +120,7 @@ class Engine:
         prompt = fit(thread, selection, request, limit, system_prompt=s.system_prompt,
                      context_role=s.context_role)
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)
-        scores = {r.block_id: r.score for r in selection.retrieved if r.block_id is not None}
+        scores = {r.block_id: r.score for r in selection.retrieved if r.block_id is not None and r.score is not None}
         result = AskResult(strategy, request, prompt, full, limit, keywords if strat.uses_search else None,
                            scores, elapsed)
         if answer:

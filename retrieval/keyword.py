@@ -152,6 +152,8 @@ def _llm_time(data: dict, anchor: datetime | None) -> TimeRange | None:
         return None
     start = datetime.combine(first, datetime.min.time(), tzinfo=anchor.tzinfo)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=anchor.tzinfo)
+    if start > anchor:  # a range after the last message holds no history: the model misread it
+        return None
     return TimeRange(start, end, "(from the LLM)")
 
 

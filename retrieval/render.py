@@ -20,15 +20,18 @@ def ask_dict(thread: Thread, result: AskResult) -> dict[str, Any]:
     blocks = []
     for r in sorted(result.prompt.selection.retrieved, key=lambda r: r.rank):
         first, last = thread.messages[r.message_ids[0]], thread.messages[r.message_ids[-1]]
-        blocks.append({"rank": r.rank, "block_id": r.block_id, "score": round(r.score, 4),
+        blocks.append({"rank": r.rank, "block_id": r.block_id,
+                       "score": None if r.score is None else round(r.score, 4),
+                       "reason": "time range" if r.score is None else "search",
                        "start": _time(first.timestamp), "end": _time(last.timestamp),
                        "message_indices": [thread.messages[p].index for p in r.message_ids]})
     out = {
         "thread": thread.id,
         "request": result.request,
         "strategy": result.strategy,
-        "keyword": None if kw is None else {"keywords": list(kw.keywords), "source": kw.source,
-                                            "reason": kw.reason},
+        "keyword": None if kw is None else {
+            "keywords": list(kw.keywords), "source": kw.source, "reason": kw.reason, "intent": kw.intent,
+            "time_range": kw.time_range.to_dict() if kw.time_range else None},
         "retrieved": blocks,
         "recent_message_indices": [thread.messages[p].index for p in result.prompt.selection.history_ids],
         "messages": list(result.prompt.messages),
@@ -52,15 +55,17 @@ def ask_text(data: dict[str, Any]) -> str:
     lines = []
     kw = data["keyword"]
     if kw:
-        lines.append(f"keyword: {' '.join(kw['keywords'])}   [{kw['source']}: {kw['reason']}]")
+        lines.append(f"keyword: {' '.join(kw['keywords'])}   [{kw['source']}: {kw['reason']}]   "
+                     f"intent: {kw['intent']}" + (f"   time: {kw['time_range']['start']} .. "
+                                                 f"{kw['time_range']['end']}" if kw["time_range"] else ""))
     if data["retrieved"]:
         lines.append("retrieved (best first):")
         for b in data["retrieved"]:
             idx = b["message_indices"]
             span = f"{b['start'] or '?'} .. {b['end'] or '?'}"
             label = f"block {b['block_id']}" if b["block_id"] is not None else "message"
-            lines.append(f"  {label:>9}  score {b['score']:.3f}  {span}  "
-                         f"messages {idx[0]}-{idx[-1]} ({len(idx)})")
+            why = "in the named time" if b["score"] is None else f"cosine {b['score']:.3f}"
+            lines.append(f"  {label:>9}  {why}  {span}  messages {idx[0]}-{idx[-1]} ({len(idx)})")
     elif kw:
         lines.append("retrieved: nothing scored high enough")
     recent = data["recent_message_indices"]

@@ -36,10 +36,12 @@ def line_cost(thread: Thread, pos: int) -> int:
 
 @dataclass(frozen=True)
 class Retrieved:
-    """A group of old messages placed in the context message; rank 0 is the best."""
+    """A group of old messages placed in the context message; rank 0 is the best.
+
+    `score` is the best cosine in the group (None when it was taken for its time)."""
 
     message_ids: tuple[int, ...]
-    score: float
+    score: float | None
     rank: int
     block_id: int | None = None
 
@@ -96,7 +98,7 @@ def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], ma
     return tuple(kept)
 
 
-def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float, int | None]],
+def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float | None, int | None]],
          cost: Callable[[int], int], budget: int, exclude: frozenset[int],
          max_groups: int | None = None) -> list[Retrieved]:
     """Fill `budget` tokens greedily in rank order.

@@ -23,7 +23,9 @@ from .keyword import TOPIC, KeywordResult
 from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages
 from .select import Retrieved, Selection, last_units, line_cost, pack, turn_units
 
-Candidate = tuple[tuple[tuple[int, ...], ...], float, "int | None"]
+# (alternatives largest first, cosine shown to the user or None for a time match, block id);
+# candidates are packed in list order, which is the rank order
+Candidate = tuple[tuple[tuple[int, ...], ...], "float | None", "int | None"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def _in_range(thread: Thread, index: HistoryIndex, plan: KeywordResult) -> list[
     for block in index.blocks:
         ids = tuple(p for p in block.message_ids if plan.time_range.contains(thread.messages[p].timestamp))
         if ids:
-            out.append(((ids,), float("inf"), block.id))
+            out.append(((ids,), None, block.id))
     return out
 
 
@@ -156,7 +158,7 @@ def _topic(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, s: Setti
         offset = int(np.argmax(fused[first[b]:end[b]]))
         block = index.blocks[b]
         out.append(((block.message_ids, block.part_of(offset), _window(index, first[b] + offset, s.hit_window)),
-                    float(scores[b]), block.id))
+                    float(best_dense[b]), block.id))
     return out
 
 
@@ -165,7 +167,7 @@ def _facts(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, width: i
     """Windows around the best messages by fused dense + BM25 rank."""
     fused = fused_rows(index, dense, plan.terms)
     rows = np.argsort(-fused, kind="stable")[:limit]
-    return [((_window(index, int(r), width), (index.message_ids[r],)), float(fused[r]),
+    return [((_window(index, int(r), width), (index.message_ids[r],)), float(dense[r]),
              int(index.row_block[r])) for r in rows]
 
 

@@ -48,3 +48,15 @@ def test_unreachable_llm_falls_back_with_the_reason():
     kw = extract_keywords("この履歴からラーメンの話題について要約してください。", llm)
     assert kw.source == "local" and kw.keywords == ("ラーメン",)
     assert kw.reason.startswith("LLM fallback") and kw.llm_calls == 1
+
+
+def test_llm_time_range_is_checked():
+    from datetime import datetime, timezone
+
+    from retrieval.keyword import _llm_time
+    anchor = datetime(2025, 7, 29, tzinfo=timezone.utc)
+    assert _llm_time({"time": {"start": "2025-07-20", "end": "2025-07-22"}}, anchor).end.day == 23
+    assert _llm_time({"time": {"start": "2025-08-20", "end": "2025-08-22"}}, anchor) is None  # after the thread
+    assert _llm_time({"time": {"start": "2025-07-22", "end": "2025-07-20"}}, anchor) is None  # reversed
+    assert _llm_time({"time": {"start": "soon"}}, anchor) is None
+    assert _llm_time({"time": None}, anchor) is None

@@ -67,3 +67,27 @@ def test_model_is_assembled_once_and_verified(tmp_path):
     mtime = path.stat().st_mtime_ns
     assert model_path(tmp_path) == path and path.stat().st_mtime_ns == mtime  # not rebuilt
     path.unlink()  # 1.1 GB: do not leave a second copy behind
+
+
+def test_llm_plan_with_a_named_time(llm_env):
+    from datetime import datetime, timedelta, timezone
+
+    llm = make_llm(Settings.load(env=llm_env).llm)
+    anchor = datetime(2025, 7, 29, 10, 41, tzinfo=timezone(timedelta(hours=9)))
+    kw = extract_keywords("先週の火曜日に話したラーメンのことをまとめて", llm, anchor=anchor)
+    assert kw.source == "llm", kw.reason
+    assert any("ラーメン" in k for k in kw.keywords)
+    assert kw.intent in ("topic", "fact")
+    assert kw.time_range.start.date().isoformat() == "2025-07-22"  # the local parser is exact here
+    assert "先週" not in kw.search_text
+
+
+def test_llm_time_for_what_the_local_parser_cannot_read(llm_env):
+    from datetime import datetime, timedelta, timezone
+
+    llm = make_llm(Settings.load(env=llm_env).llm)
+    anchor = datetime(2025, 7, 29, 10, 41, tzinfo=timezone(timedelta(hours=9)))
+    kw = extract_keywords("三日前に話した映画のことを教えて", llm, anchor=anchor)
+    assert kw.source == "llm", kw.reason
+    if kw.time_range is not None:  # a small model may not give one; when it does, it must be sane
+        assert kw.time_range.start < kw.time_range.end and kw.time_range.start <= anchor
