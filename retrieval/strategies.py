@@ -65,13 +65,11 @@ class Window:
         return Selection(history=last_units(inp.thread.messages, inp.units, inp.settings.window))
 
 
-class TokenBudget:
-    """The newest messages that fit the token budget (`history_budget` when none is given)."""
+class TokenBudget(Full):
+    """The newest messages that fit the token budget (`history_budget` when none is given):
+    everything is offered and `assemble.fit` drops the oldest turns."""
 
-    name, uses_search = "token-budget", False
-
-    def select(self, inp: StrategyInput) -> Selection:
-        return Selection(history=inp.units)
+    name = "token-budget"
 
 
 class Utterances:
