@@ -82,10 +82,14 @@ class Settings:
     recent: int = 6
     hit_window: int = 2
     context_tokens: int = 1500
+    fill_budget: bool = True  # blocks: pack retrieval up to the budget, or stop at top_n groups
     window: int = 10
     utterance_k: int = 10
     history_budget: int = 1000
     keyword: str = "auto"  # auto | llm | local
+    summary_trigger: float = 0.75
+    blocks_memory: str = "none"  # none | structured | summary
+    alternate: bool = False
     context_role: str = "system"
     system_prompt: str | None = None
     llm_timeout: float = 30.0
@@ -116,6 +120,8 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 < self.summary_trigger <= 1:
+            raise ConfigError(f"summary_trigger must be within 0..1, got {self.summary_trigger!r}")
         if not 0 <= self.relative_score <= 1:
             raise ConfigError(f"relative_score must be within 0..1, got {self.relative_score!r}")
         for name in ("recent", "hit_window"):
@@ -125,6 +131,7 @@ class Settings:
             "keyword": ("auto", "llm", "local"),
             "block_scoring": ("best-message", "joined"),
             "context_role": ("system", "user"),
+            "blocks_memory": ("none", "structured", "summary"),
         }
         for name, valid in choices.items():
             if getattr(self, name) not in valid:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from indexers.model import Thread
-from indexers.tokens import REPLY_PRIMING, count_message
+from indexers.tokens import REPLY_PRIMING, count_message, count_messages
 
 from .select import PROTECTED_UNITS, Retrieved, Selection, context_line
 
@@ -63,18 +63,53 @@ def _runs(positions: list[int]) -> list[list[int]]:
     return runs
 
 
+def render_memory(thread: Thread, selection: Selection) -> str | None:
+    """The summary and the kept user statements, each delimited; None when there are neither."""
+    parts = []
+    if selection.summary is not None:
+        parts += [f'<conversation_summary of="messages 0-{thread.messages[selection.summary.upto].index}">',
+                  selection.summary.text, "</conversation_summary>"]
+    if selection.notes:
+        parts.append("<user_statements> (what the user said earlier, quoted; later ones replace earlier ones)")
+        for n in selection.notes:
+            msg = thread.messages[n.source]
+            when = f" {msg.timestamp:%Y-%m-%d}" if msg.timestamp else ""
+            parts.append(f"- {n.kind} (message {msg.index}{when}): {n.quote}")
+        parts.append("</user_statements>")
+    return "\n".join(parts) if parts else None
+
+
 def system_messages(thread: Thread, system_prompt: str | None) -> list[dict[str, Any]]:
     head = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return head + [m.to_openai() for m in thread.messages if m.role == "system"]
 
 
 def build_messages(thread: Thread, selection: Selection, request: str, *,
-                   system_prompt: str | None = None, context_role: str = "system") -> list[dict[str, Any]]:
+                   system_prompt: str | None = None, context_role: str = "system",
+                   alternate: bool = False) -> list[dict[str, Any]]:
     out = system_messages(thread, system_prompt)
+    memory = render_memory(thread, selection)
+    if memory:
+        out.append({"role": context_role, "content": memory})
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
-    out.extend(thread.messages[p].to_openai() for p in selection.history_ids)
-    out.append({"role": "user", "content": request})
+    turns = [thread.messages[p].to_openai() for p in selection.history_ids]
+    turns.append({"role": "user", "content": request})
+    out.extend(merge_same_role(turns) if alternate else turns)
+    return out
+
+
+def merge_same_role(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For APIs that require user/assistant to alternate: consecutive plain messages of one
+    role become one message (tool calls and results are never merged)."""
+    out: list[dict[str, Any]] = []
+    for m in turns:
+        plain = set(m) <= {"role", "content", "name"} and m["role"] in ("user", "assistant")
+        prev = out[-1] if out else None
+        if plain and prev is not None and prev["role"] == m["role"] and set(prev) <= {"role", "content", "name"}:
+            out[-1] = {"role": m["role"], "content": f"{prev['content']}\n\n{m['content']}"}
+        else:
+            out.append(dict(m))
     return out
 
 
@@ -92,10 +127,14 @@ CONTEXT_OVERHEAD = 40  # the context message's own header, tags and message over
 
 
 def fit(thread: Thread, selection: Selection, request: str, budget: int | None, *,
-        system_prompt: str | None = None, context_role: str = "system") -> Prompt:
+        system_prompt: str | None = None, context_role: str = "system", alternate: bool = False) -> Prompt:
     """Assemble, dropping the lowest-ranked retrieved groups first, then the oldest history
-    units, until the prompt fits `budget` tokens (None = no budget)."""
+    units, until the prompt fits `budget` tokens (None = no budget). The system prompt, the
+    summary and the kept user statements are never dropped."""
     fixed = fixed_cost(thread, request, system_prompt)
+    memory = render_memory(thread, selection)
+    if memory:
+        fixed += count_message({"role": context_role, "content": memory})
     retrieved = list(selection.retrieved)
     history = list(selection.history)
     unit_cost = [sum(count_message(thread.messages[p].to_openai()) for p in u) for u in history]
@@ -120,5 +159,7 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
         if fixed + ctx + hist > budget:
             notes.append(f"over budget: the system prompt and request alone take {fixed} tokens")
     kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history))
-    messages = build_messages(thread, kept, request, system_prompt=system_prompt, context_role=context_role)
-    return Prompt(tuple(messages), fixed + ctx + hist, kept, tuple(notes))
+    messages = build_messages(thread, kept, request, system_prompt=system_prompt, context_role=context_role,
+                              alternate=alternate)
+    tokens = fixed + ctx + hist if not alternate else count_messages(messages)
+    return Prompt(tuple(messages), tokens, kept, tuple(notes))

@@ -17,7 +17,7 @@ from indexers.settings import Budget, Settings
 from . import render
 from .strategies import STRATEGIES
 
-COMPARE_DEFAULT = ["full", "window", "token-budget", "utterances", "blocks"]
+COMPARE_DEFAULT = list(STRATEGIES)
 log = logging.getLogger("semhist")
 
 
@@ -38,6 +38,11 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timezone", help="zone for timestamps without one (UTC)")
     g.add_argument("--system-prompt", help="system prompt put first in every prompt")
     g.add_argument("--cache-dir", help="where embeddings and the local model are cached")
+    g.add_argument("--blocks-memory", choices=["none", "structured", "summary"],
+                   help="blocks also carries the user statements (structured) or the summary and them")
+    g.add_argument("--summary-trigger", type=float, help="compact when the prompt passes this share of the budget (0.75)")
+    g.add_argument("--alternate", action="store_true", default=None,
+                   help="merge same-role turns for APIs that require user/assistant alternation")
     g.add_argument("--lenient", action="store_true", default=None,
                    help="skip and report bad messages instead of stopping")
 
@@ -45,7 +50,7 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> Settings:
     names = ("embedder", "segmenter", "gap_seconds", "max_block_tokens", "top_n", "min_score", "relative_score",
              "block_scoring", "recent", "window", "utterance_k", "keyword", "timezone",
-             "system_prompt", "cache_dir", "lenient")
+             "system_prompt", "cache_dir", "lenient", "blocks_memory", "summary_trigger", "alternate")
     return Settings.load(**{n: getattr(args, n, None) for n in names})
 
 
@@ -56,10 +61,10 @@ def _thread(args: argparse.Namespace, settings: Settings):
     return result.only(args.thread)
 
 
-def _engine(settings: Settings):
+def _engine(settings: Settings, record: bool = True):
     from .engine import Engine
 
-    return Engine(settings)
+    return Engine(settings, record=record)
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -80,16 +85,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     thread = _thread(args, settings)
     engine = _engine(settings)
     budget = Budget.parse(args.budget) if args.budget else None
-    results = engine.compare(thread, args.request, args.strategy or COMPARE_DEFAULT, budget=budget)
+    wanted = args.strategy or COMPARE_DEFAULT
+    results = engine.compare(thread, args.request, wanted, budget=budget)
+    skipped = [n for n in wanted if n not in {r.strategy for r in results}]
     rows = render.compare_rows(thread, results)
     if args.json:
         print(json.dumps({"thread": thread.id, "request": args.request, "full_history_tokens":
-                          results[0].full_tokens, "strategies": rows}, ensure_ascii=False, indent=2))
+                          results[0].full_tokens, "strategies": rows,
+                          "skipped": {n: "needs an LLM" for n in skipped}}, ensure_ascii=False, indent=2))
     else:
         print(render.compare_text(rows, results[0].full_tokens))
         if engine.llm is None:
             print("LLM: none configured, so the keyword came from the local extractor "
                   "(set OPENAI_BASE_URL or run semhist llm-server for the LLM keyword)")
+        if skipped:
+            print(f"skipped: {', '.join(skipped)} (they need an LLM to summarize; set OPENAI_BASE_URL "
+                  "or run semhist llm-server)")
     return 0
 
 
@@ -103,7 +114,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for problem in loaded.problems:
         log.warning("skipped %s", problem)
     threads = loaded.threads[: args.limit] if args.limit else loaded.threads
-    engine = _engine(settings)
+    engine = _engine(settings, record=False)  # a benchmark is not traffic to monitor
     budget = Budget.parse(args.budget) if args.budget else None
     total = sum(1 for t in threads for q in t.queries if q.has_evidence)
     queries_bar = tqdm(total=total, desc="queries", unit="q", file=sys.stderr, disable=args.quiet)
@@ -164,6 +175,21 @@ def cmd_llm_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .engine import Engine
+    from .stats import stats
+
+    report = stats(Engine(_settings(args), llm=None).memory_store, args.thread)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    names = list(report["overall"])
+    rows = [["overall"] + [report["overall"][n] for n in names]]
+    rows += [[t] + [f[n] for n in names] for t, f in report["threads"].items()]
+    print(render.table(["thread"] + names, [["-" if v is None else v for v in r] for r in rows]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semhist", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -208,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thread")
     _settings_args(p)
     p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("stats", help="monitoring figures: tokens sent vs full history, compactions, LLM cost")
+    p.add_argument("--thread", help="one thread only")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--cache-dir")
+    p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("llm-server", help="serve the packaged local LLM on 127.0.0.1 (OpenAI-compatible)")
     p.add_argument("--host", default="127.0.0.1")

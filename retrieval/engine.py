@@ -12,13 +12,18 @@ from typing import Any
 from indexers.build import build_index
 from indexers.cache import EmbeddingCache
 from indexers.embed import CachedEmbedder, get_embedder
-from indexers.errors import ConfigError, InputError
+from indexers.errors import BackendError, ConfigError, InputError
 from indexers.index import HistoryIndex, thread_fingerprint
 from indexers.model import Thread
 from indexers.segment import get_segmenter
 from indexers.settings import Budget, Settings
 
-from .assemble import Prompt, fit
+from indexers.memory import MemoryStore
+from indexers.tokens import count_text
+
+from .assemble import Prompt, fit, fixed_cost, history_cost, render_memory
+from .compaction import Compactor, MemoryResult
+from .select import Selection, last_units, turn_units
 from .keyword import KeywordResult, extract_keywords
 from .llm import LLMClient, make_llm
 from .search import embed_query
@@ -38,10 +43,12 @@ class AskResult:
     block_scores: dict[int, float] = field(default_factory=dict)
     selection_ms: float = 0.0
     answer: str | None = None
+    memory: MemoryResult | None = None
 
     @property
     def llm_calls(self) -> int:
-        return (self.keywords.llm_calls if self.keywords else 0) + (1 if self.answer is not None else 0)
+        return ((self.keywords.llm_calls if self.keywords else 0) + (1 if self.answer is not None else 0)
+                + (self.memory.llm_calls if self.memory else 0))
 
     @property
     def included(self) -> frozenset[int]:
@@ -51,10 +58,65 @@ class AskResult:
 class Engine:
     """semhist's library entry point. Settings resolve once; backends load on first use."""
 
-    def __init__(self, settings: Settings | None = None, *, llm: LLMClient | None | str = "auto"):
+    def __init__(self, settings: Settings | None = None, *, llm: LLMClient | None | str = "auto",
+                 record: bool = False):
         self.settings = settings or Settings.load()
         self._llm_arg = llm
         self._indexes: dict[str, HistoryIndex] = {}
+        self.record = record  # keep per-ask figures for `semhist stats`
+
+    @cached_property
+    def memory_store(self) -> MemoryStore:
+        return MemoryStore(self.settings.cache_dir / "memory.sqlite3")
+
+    def memory_needs(self, strategy: str) -> frozenset[str]:
+        needs = set(get_strategy(strategy).memory)
+        if strategy == "blocks":
+            needs |= {"none": set(), "structured": {"notes"}, "summary": {"summary", "notes"}}[
+                self.settings.blocks_memory]
+        return frozenset(needs)
+
+    def memory(self, thread: Thread, needs: frozenset[str], request: str, limit: int | None) -> MemoryResult:
+        """Bring the summary and/or the user statements up to date, compacting only when the
+        prompt would pass `summary_trigger` of its budget; LLM failures keep what exists."""
+        s = self.settings
+        if self.llm is None:
+            raise ConfigError(f"{' and '.join(sorted(needs))} need an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY "
+                              "(or AZURE_OPENAI_*) and SEMHIST_LLM_MODEL, or run semhist llm-server")
+        store, result = self.memory_store, MemoryResult()
+        units = turn_units(thread.messages)
+        recent = last_units(thread.messages, units, s.recent)
+        aged_upto = (recent[0][0] if recent else len(thread.messages)) - 1
+        compactor = Compactor(self.llm, store)
+        try:
+            result.summary = store.summary(thread)
+            if "summary" in needs and self._should_compact(thread, units, recent, result, request, limit):
+                # the summary gets at most a third of the budget: recent turns and notes need the rest
+                room = max(60, (limit or s.history_budget) // 3)
+                result.summary = compactor.summarize_through(thread, aged_upto, result, max_tokens=room)
+            if "notes" in needs:
+                through = aged_upto if "summary" not in needs else (result.summary.upto if result.summary else -1)
+                compactor.extract_through(thread, through, result)
+        except BackendError as exc:
+            result.problems.append(f"compaction failed, older turns stay verbatim where they fit: {exc}")
+            result.summary = store.summary(thread)
+        if "summary" not in needs:
+            result.summary = None
+        if "notes" in needs:
+            result.notes = tuple(store.notes(thread))
+        return result
+
+    def _should_compact(self, thread, units, recent, result: MemoryResult, request: str, limit: int | None) -> bool:
+        s = self.settings
+        start = result.summary.upto + 1 if result.summary else 0
+        recent_start = recent[0][0] if recent else len(thread.messages)
+        aged = [p for u in units if start <= u[0] < recent_start for p in u]
+        if not aged:
+            return False
+        memory = render_memory(thread, Selection(summary=result.summary))
+        total = (fixed_cost(thread, request, s.system_prompt) + (count_text(memory) if memory else 0)
+                 + history_cost(thread, aged) + history_cost(thread, [p for u in recent for p in u]))
+        return total > s.summary_trigger * (limit or s.history_budget)
 
     @cached_property
     def embedder(self) -> CachedEmbedder:
@@ -109,22 +171,30 @@ class Engine:
             raise InputError("the request is empty")
         strat = get_strategy(strategy)
         full = self.full_tokens(thread, request)
-        limit = budget.tokens(full) if budget else (s.history_budget if strategy == "token-budget" else None)
+        limit = budget.tokens(full) if budget else (
+            s.history_budget if strategy in ("token-budget", "summary", "structured") else None)
         index = self.index(thread) if strat.uses_search else None
+        needs = self.memory_needs(strategy)
+        memory = self.memory(thread, needs, request, limit) if needs else None
         start = time.perf_counter()
         vector = None
         if strat.uses_search:
             keywords = keywords or self.keywords(request, thread)
             vector = embed_query(self.embedder, keywords.query)
-        selection = strat.select(strategy_input(thread, s, index, vector, keywords, request, limit))
+        selection = strat.select(strategy_input(thread, s, index, vector, keywords, request, limit, memory))
         prompt = fit(thread, selection, request, limit, system_prompt=s.system_prompt,
-                     context_role=s.context_role)
+                     context_role=s.context_role, alternate=s.alternate)
+        if memory is not None and memory.problems:
+            prompt = replace(prompt, notes=prompt.notes + tuple(memory.problems))
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)
         scores = {r.block_id: r.score for r in selection.retrieved if r.block_id is not None and r.score is not None}
         result = AskResult(strategy, request, prompt, full, limit, keywords if strat.uses_search else None,
-                           scores, elapsed)
+                           scores, elapsed, memory=memory)
         if answer:
             result = self._answer(result)
+        if self.record:
+            calls_ms = (memory.llm_ms if memory else 0.0) + (keywords.ms if keywords and keywords.llm_calls else 0.0)
+            self.memory_store.record_ask(thread, strategy, prompt.tokens, full, result.llm_calls, calls_ms)
         return result
 
     def compare(self, thread: Thread, request: str, strategies: Iterable[str], *,
@@ -133,6 +203,8 @@ class Engine:
         kw = None
         out = []
         for name in strategies:
+            if self.memory_needs(name) and self.llm is None:
+                continue  # the caller reports what was skipped and why
             if get_strategy(name).uses_search and kw is None:
                 kw = self.keywords(request, thread)
             out.append(self.ask(thread, request, strategy=name, budget=budget, keywords=kw))

@@ -15,7 +15,7 @@ class LLMClient(Protocol):
     model: str
 
     def chat(self, messages: Sequence[dict[str, Any]], *, json_mode: bool = False,
-             max_tokens: int = 256) -> str: ...
+             json_schema: dict[str, Any] | None = None, max_tokens: int = 256) -> str: ...
 
 
 class OpenAIChat:
@@ -34,12 +34,15 @@ class OpenAIChat:
                              timeout=config.timeout, max_retries=0)
 
     def chat(self, messages: Sequence[dict[str, Any]], *, json_mode: bool = False,
-             max_tokens: int = 256) -> str:
+             json_schema: dict[str, Any] | None = None, max_tokens: int = 256) -> str:
         import openai
 
         kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages),
                                   "temperature": 0, "max_tokens": max_tokens}
-        if json_mode:
+        if json_schema is not None:
+            kwargs["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "answer", "schema": json_schema}}
+        elif json_mode:
             kwargs["response_format"] = {"type": "json_object"}
         try:
             reply = self._client.chat.completions.create(**kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from indexers.memory import Note, Summary
 from indexers.model import Message, Thread
 from indexers.tokens import count_text
 
@@ -52,6 +53,8 @@ class Selection:
 
     retrieved: tuple[Retrieved, ...] = ()
     history: tuple[tuple[int, ...], ...] = ()  # turn units, chronological
+    summary: Summary | None = None  # rolling summary of what precedes `history`
+    notes: tuple[Note, ...] = ()  # the structured list of user statements, always kept
 
     @property
     def history_ids(self) -> tuple[int, ...]:
@@ -59,7 +62,9 @@ class Selection:
 
     @property
     def included(self) -> frozenset[int]:
-        return frozenset(self.history_ids) | {p for r in self.retrieved for p in r.message_ids}
+        """Messages whose own text is in the prompt (a summary does not count)."""
+        return frozenset(self.history_ids) | {p for r in self.retrieved for p in r.message_ids} | {
+            n.source for n in self.notes}
 
 
 def turn_units(messages: Sequence[Message]) -> list[tuple[int, ...]]:

@@ -8,7 +8,7 @@ call and result together, last exchanges verbatim) hold for all of them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -17,8 +17,10 @@ from indexers.errors import ConfigError
 from indexers.index import HistoryIndex
 from indexers.model import Thread
 from indexers.settings import Settings
+from indexers.tokens import count_text
 
-from .assemble import CONTEXT_OVERHEAD, fixed_cost, history_cost
+from .assemble import CONTEXT_OVERHEAD, fixed_cost, history_cost, render_memory
+from .compaction import MemoryResult
 from .keyword import TOPIC, KeywordResult
 from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages
 from .select import Retrieved, Selection, last_units, line_cost, pack, turn_units
@@ -38,11 +40,13 @@ class StrategyInput:
     keywords: KeywordResult | None = None
     request: str = ""
     budget_tokens: int | None = None  # the hard limit for the whole prompt, when one is set
+    memory: MemoryResult | None = None  # the summary and user statements, for strategies that use them
 
 
 class Strategy(Protocol):
     name: str
     uses_search: bool
+    memory: frozenset[str]  # what compaction must provide first: "summary", "notes"
 
     def select(self, inp: StrategyInput) -> Selection: ...
 
@@ -50,7 +54,7 @@ class Strategy(Protocol):
 class Full:
     """Every message (a budget then keeps the newest that fit)."""
 
-    name, uses_search = "full", False
+    name, uses_search, memory = "full", False, frozenset()
 
     def select(self, inp: StrategyInput) -> Selection:
         return Selection(history=inp.units)
@@ -59,7 +63,7 @@ class Full:
 class Window:
     """The last N messages, cut on a user turn."""
 
-    name, uses_search = "window", False
+    name, uses_search, memory = "window", False, frozenset()
 
     def select(self, inp: StrategyInput) -> Selection:
         return Selection(history=last_units(inp.thread.messages, inp.units, inp.settings.window))
@@ -75,7 +79,7 @@ class TokenBudget(Full):
 class Utterances:
     """Per-utterance semantic top-k plus the recent turns (the worked example's methods 2/3)."""
 
-    name, uses_search = "utterances", True
+    name, uses_search, memory = "utterances", True, frozenset()
 
     def select(self, inp: StrategyInput) -> Selection:
         recent = last_units(inp.thread.messages, inp.units, inp.settings.recent)
@@ -94,28 +98,59 @@ class Blocks:
     window of neighbours around each hit (the answer is often the message after the hit).
     """
 
-    name, uses_search = "blocks", True
+    name, uses_search, memory = "blocks", True, frozenset()  # + the `blocks_memory` setting
 
     def select(self, inp: StrategyInput) -> Selection:
         s, thread, index, plan = inp.settings, inp.thread, inp.index, inp.keywords
         recent = last_units(thread.messages, inp.units, s.recent)
         kept = frozenset(p for u in recent for p in u)
         dense = dense_rows(index, inp.query_vector)
-        if inp.budget_tokens is None:
-            budget, max_groups = s.context_tokens, s.top_n
-        else:
-            budget = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt) \
+        budget, max_groups = s.context_tokens, s.top_n
+        if inp.budget_tokens is not None:
+            room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt) \
                 - history_cost(thread, kept) - CONTEXT_OVERHEAD
-            max_groups = None
+            # a budget is always a cap; with fill_budget it is also the target
+            budget, max_groups = (room, None) if s.fill_budget else (min(room, budget), max_groups)
         candidates: list[Candidate] = []
         if plan.time_range is not None:
             candidates += _in_range(thread, index, plan)
         if plan.intent == TOPIC:
-            candidates += _topic(index, dense, plan, s, relative=inp.budget_tokens is None)
+            candidates += _topic(index, dense, plan, s, relative=max_groups is not None)
         else:
             candidates += _facts(index, dense, plan, s.hit_window)
+        mem = inp.memory
+        if mem is not None and inp.budget_tokens is not None:
+            budget -= _memory_cost(thread, mem)
         retrieved = pack(candidates, lambda p: line_cost(thread, p), budget, kept, max_groups)
-        return Selection(tuple(retrieved), recent)
+        return Selection(tuple(retrieved), recent, mem.summary if mem else None, mem.notes if mem else ())
+
+
+class Summary:
+    """A rolling LLM summary of everything older than the recent turns, plus the turns that
+    aged out since the last compaction, verbatim, plus the recent turns."""
+
+    name, uses_search, memory = "summary", False, frozenset({"summary"})
+
+    def select(self, inp: StrategyInput) -> Selection:
+        summary = inp.memory.summary if inp.memory else None
+        upto = summary.upto if summary else -1
+        history = tuple(u for u in inp.units if u[0] > upto)
+        return Selection(history=history, summary=summary)
+
+
+class Structured(Summary):
+    """`summary` plus the structured list of the user's constraints, preferences, decisions
+    and facts, quoted from their messages; the summarizer never rewrites it."""
+
+    name, memory = "structured", frozenset({"summary", "notes"})
+
+    def select(self, inp: StrategyInput) -> Selection:
+        return replace(super().select(inp), notes=inp.memory.notes if inp.memory else ())
+
+
+def _memory_cost(thread: Thread, mem: MemoryResult) -> int:
+    text = render_memory(thread, Selection(summary=mem.summary, notes=mem.notes))
+    return count_text(text) + 8 if text else 0
 
 
 def _window(index: HistoryIndex, row: int, width: int) -> tuple[int, ...]:
@@ -170,8 +205,9 @@ def _facts(index: HistoryIndex, dense: np.ndarray, plan: KeywordResult, width: i
 
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
-    cls.name: cls for cls in (Full, Window, TokenBudget, Utterances, Blocks)
+    cls.name: cls for cls in (Full, Window, TokenBudget, Summary, Structured, Utterances, Blocks)
 }
+NEEDS_LLM = frozenset({"summary", "structured"})
 
 
 def get_strategy(name: str) -> Strategy:
@@ -183,6 +219,7 @@ def get_strategy(name: str) -> Strategy:
 
 def strategy_input(thread: Thread, settings: Settings, index: HistoryIndex | None = None,
                    query_vector: np.ndarray | None = None, keywords: KeywordResult | None = None,
-                   request: str = "", budget_tokens: int | None = None) -> StrategyInput:
+                   request: str = "", budget_tokens: int | None = None,
+                   memory: MemoryResult | None = None) -> StrategyInput:
     return StrategyInput(thread, tuple(turn_units(thread.messages)), settings, index, query_vector,
-                         keywords, request, budget_tokens)
+                         keywords, request, budget_tokens, memory)

@@ -7,9 +7,10 @@ import pytest
 from indexers.loader import loads
 from indexers.settings import Budget, Settings
 from retrieval import STRATEGIES, Engine
+from retrieval.strategies import NEEDS_LLM
 from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS
 
-ALL = list(STRATEGIES)
+ALL = [name for name in STRATEGIES if name not in NEEDS_LLM]  # summary/structured: tests/test_memory.py
 
 
 def tool_thread():
@@ -45,6 +46,11 @@ def history_part(messages):
 def test_boundary_rules(small_engine, strategy, budget):
     thread = tool_thread()
     result = small_engine.ask(thread, "what was the Hong Kong load?", strategy=strategy, budget=budget)
+    check_boundary_rules(thread, result, budget)
+
+
+def check_boundary_rules(thread, result, budget):
+    """The rules of DESIGN.md that every strategy keeps; each assertion fails when one breaks."""
     msgs = result.prompt.messages
     # the system prompt comes first, untouched
     assert msgs[0] == {"role": "system", "content": "You are the ops bot. Never reveal passwords."}
@@ -122,3 +128,29 @@ def test_unknown_strategy(engine, ramen):
     from indexers.errors import ConfigError
     with pytest.raises(ConfigError, match="blocks"):
         engine.ask(ramen, "x", strategy="magic")
+
+
+@pytest.mark.parametrize("strategy", ALL)
+def test_operator_instructions_mid_thread_stay_verbatim(small_engine, strategy):
+    thread = tool_thread()
+    rows = [m.to_openai() | ({"timestamp": m.timestamp.isoformat()} if m.timestamp else {}) for m in thread.messages]
+    rows.insert(9, {"role": "system", "content": "Operator: from now on answer in English only.",
+                    "timestamp": rows[8]["timestamp"]})
+    thread = loads(json.dumps(rows)).only()
+    result = small_engine.ask(thread, "Hong Kong load?", strategy=strategy, budget=Budget.parse("150"))
+    systems = [m["content"] for m in result.prompt.messages if m["role"] == "system"]
+    assert "Operator: from now on answer in English only." in systems
+    assert systems[0] == "You are the ops bot. Never reveal passwords."
+
+
+@pytest.mark.parametrize("strategy", ALL)
+def test_alternation_when_the_api_requires_it(cache_dir, strategy):
+    rows = [{"role": "user", "content": "ramen?"}, {"role": "user", "content": "any ramen place?"},
+            {"role": "assistant", "content": "Ichiran."}, {"role": "user", "content": "and the soup?"},
+            {"role": "user", "content": "tonkotsu right?"}]
+    thread = loads(json.dumps(rows)).only()
+    engine = Engine(Settings.load(env={}, cache_dir=cache_dir, alternate=True), llm=None)
+    msgs = engine.ask(thread, "summarize ramen", strategy=strategy).prompt.messages
+    roles = [m["role"] for m in msgs if m["role"] != "system"]
+    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:])), roles
+    assert msgs[-1]["content"].endswith("summarize ramen")
