@@ -128,15 +128,13 @@ CONTEXT_OVERHEAD = 40  # the context message's own header, tags and message over
 
 def fit(thread: Thread, selection: Selection, request: str, budget: int | None, *,
         system_prompt: str | None = None, context_role: str = "system", alternate: bool = False) -> Prompt:
-    """Assemble, dropping the lowest-ranked retrieved groups first, then the oldest history
-    units, until the prompt fits `budget` tokens (None = no budget). The system prompt, the
-    summary and the kept user statements are never dropped."""
+    """Assemble within `budget` tokens (None = no budget), giving things up in this order:
+    the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges, the
+    oldest kept user statements, the summary, and only then the last exchanges. The system
+    prompt(s) and the request are never dropped."""
     fixed = fixed_cost(thread, request, system_prompt)
-    memory = render_memory(thread, selection)
-    if memory:
-        fixed += count_message({"role": context_role, "content": memory})
-    retrieved = list(selection.retrieved)
-    history = list(selection.history)
+    retrieved, history = list(selection.retrieved), list(selection.history)
+    notes_kept, summary = list(selection.notes), selection.summary
     unit_cost = [sum(count_message(thread.messages[p].to_openai()) for p in u) for u in history]
 
     def context_cost() -> int:
@@ -144,22 +142,38 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
             return 0
         return count_message({"role": context_role, "content": render_context(thread, tuple(retrieved))})
 
-    ctx = context_cost()
-    hist = sum(unit_cost)
+    def memory_cost() -> int:
+        text = render_memory(thread, Selection(summary=summary, notes=tuple(notes_kept)))
+        return count_message({"role": context_role, "content": text}) if text else 0
+
+    ctx, mem, hist = context_cost(), memory_cost(), sum(unit_cost)
+    over = lambda: budget is not None and fixed + mem + ctx + hist > budget  # noqa: E731
     notes: list[str] = []
-    if budget is not None:
-        while fixed + ctx + hist > budget and retrieved:
-            retrieved.pop()
-            ctx = context_cost()
-        while fixed + ctx + hist > budget and history:
-            if len(history) <= PROTECTED_UNITS and "dropped a recent exchange" not in notes:
-                notes.append("dropped a recent exchange")
+    while over() and retrieved:
+        retrieved.pop()
+        ctx = context_cost()
+    while over() and len(history) > PROTECTED_UNITS:
+        history.pop(0)
+        hist -= unit_cost.pop(0)
+    if over() and notes_kept:
+        notes.append("left out older user statements for the budget")
+        while over() and notes_kept:
+            notes_kept.pop(0)
+            mem = memory_cost()
+    if over() and summary is not None:
+        notes.append("left out the summary for the budget")
+        summary, mem = None, 0
+        mem = memory_cost()
+    if over() and history:
+        notes.append("dropped a recent exchange")
+        while over() and history:
             history.pop(0)
             hist -= unit_cost.pop(0)
-        if fixed + ctx + hist > budget:
-            notes.append(f"over budget: the system prompt and request alone take {fixed} tokens")
-    kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history))
+    if over():
+        notes.append(f"over budget: the system prompt and request alone take {fixed} tokens")
+    kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history), summary=summary,
+                   notes=tuple(notes_kept))
     messages = build_messages(thread, kept, request, system_prompt=system_prompt, context_role=context_role,
                               alternate=alternate)
-    tokens = fixed + ctx + hist if not alternate else count_messages(messages)
+    tokens = fixed + mem + ctx + hist if not alternate else count_messages(messages)
     return Prompt(tuple(messages), tokens, kept, tuple(notes))
