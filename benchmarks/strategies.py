@@ -18,6 +18,7 @@ from indexers.loader import load
 from indexers.settings import Budget, Settings
 from retrieval import STRATEGIES, Engine
 from retrieval.evaluate import evaluate
+from retrieval.strategies import NEEDS_LLM
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks"
@@ -34,7 +35,8 @@ def run(datasets: list[Path], budgets: list[str], cache_dir: str | None, limit: 
     for path in datasets:
         threads = load(path).threads[:limit] if limit else load(path).threads
         start = time.perf_counter()
-        reports = {b: evaluate(engine, threads, list(STRATEGIES), budget=Budget.parse(b), dataset=path.name)
+        names = [s for s in STRATEGIES if s not in NEEDS_LLM]  # summary/structured: benchmarks/probes.py
+        reports = {b: evaluate(engine, threads, names, budget=Budget.parse(b), dataset=path.name)
                    for b in budgets}
         results[path.name] = {"wall_s": round(time.perf_counter() - start, 1), "reports": reports}
     return results
@@ -68,7 +70,7 @@ def plot(results: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, (name, data) in zip(axes[0], results.items()):
-        for strategy in STRATEGIES:
+        for strategy in next(iter(data["reports"].values()))["strategies"]:
             points = [(r["strategies"][strategy]["token_ratio"], r["strategies"][strategy]["evidence_recall"])
                       for r in data["reports"].values()]
             xs, ys = zip(*sorted(points))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from indexers.errors import ConfigError
 from indexers.model import Thread
 from indexers.settings import Budget
 
@@ -63,6 +64,8 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
     """
     for name in strategies:
         get_strategy(name)  # unknown names fail before any work
+        if engine.memory_needs(name) and engine.llm is None:
+            raise ConfigError(f"strategy {name} needs an LLM to summarize; configure one or leave it out")
     tallies = {name: _Tally() for name in strategies}
     skipped = 0
     needs_index = any(get_strategy(n).uses_search for n in strategies)

@@ -139,3 +139,8 @@ def test_empty_request_and_dataset_without_queries(cache_dir, tmp_path):
     path.write_text(json.dumps({"id": "t", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
     report = json.loads(semhist("eval", str(path), "--json", "--quiet", cache_dir=cache_dir).stdout)
     assert report["strategies"]["blocks"]["n_queries"] == 0 and CONTRACT <= set(report["strategies"]["blocks"])
+
+
+def test_eval_of_an_llm_strategy_without_llm_fails_before_any_work(cache_dir):
+    proc = semhist("eval", str(SAMPLES / "ramen.json"), "--strategy", "summary", cache_dir=cache_dir, check=False)
+    assert proc.returncode == 3 and "needs an LLM" in proc.stderr and "Traceback" not in proc.stderr
