@@ -63,11 +63,17 @@ def llm_engine(llm_env, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["summary", "structured"])
 def test_boundary_rules_with_compaction(llm_engine, strategy):
-    thread = tool_thread()
+    rows = [m.to_openai() | ({"timestamp": m.timestamp.isoformat()} if m.timestamp else {})
+            for m in tool_thread().messages]
+    operator = "Operator: from now on answer in English only."
+    rows.insert(9, {"role": "system", "content": operator, "timestamp": rows[8]["timestamp"]})
+    thread = loads(json.dumps(rows)).only()
     engine = llm_engine(recent=4)
     result = engine.ask(thread, "what was the Hong Kong load?", strategy=strategy, budget=Budget.parse("45%"))
     assert result.memory.compacted and result.memory.summary is not None
     check_boundary_rules(thread, result, Budget.parse("45%"))  # system prompt first and verbatim, etc.
+    # the operator's instruction is kept verbatim, never handed to the summarizer
+    assert operator in [m["content"] for m in result.prompt.messages if m["role"] == "system"]
 
 
 @pytest.mark.llm
