@@ -130,7 +130,7 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
         system_prompt: str | None = None, context_role: str = "system", alternate: bool = False) -> Prompt:
     """Assemble within `budget` tokens (None = no budget), giving things up in this order:
     the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges, the
-    oldest kept user statements, the summary, and only then the last exchanges. The system
+    summary, the oldest kept user statements, and only then the last exchanges. The system
     prompt(s) and the request are never dropped."""
     fixed = fixed_cost(thread, request, system_prompt)
     retrieved, history = list(selection.retrieved), list(selection.history)
@@ -155,15 +155,15 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     while over() and len(history) > PROTECTED_UNITS:
         history.pop(0)
         hist -= unit_cost.pop(0)
+    if over() and summary is not None:  # the kept statements outrank the summary
+        notes.append("left out the summary for the budget")
+        summary = None
+        mem = memory_cost()
     if over() and notes_kept:
         notes.append("left out older user statements for the budget")
         while over() and notes_kept:
             notes_kept.pop(0)
             mem = memory_cost()
-    if over() and summary is not None:
-        notes.append("left out the summary for the budget")
-        summary, mem = None, 0
-        mem = memory_cost()
     if over() and history:
         notes.append("dropped a recent exchange")
         while over() and history:

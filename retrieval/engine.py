@@ -103,7 +103,8 @@ class Engine:
         if "summary" not in needs:
             result.summary = None
         if "notes" in needs:
-            result.notes = tuple(store.notes(thread))
+            latest = {n.quote: n for n in store.notes(thread)}  # a statement repeated is kept once, newest
+            result.notes = tuple(sorted(latest.values(), key=lambda n: n.source))
         return result
 
     def _should_compact(self, thread, units, recent, result: MemoryResult, request: str, limit: int | None) -> bool:
