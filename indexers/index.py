@@ -95,7 +95,7 @@ class HistoryIndex:
 
     def warm(self) -> None:
         """Build the derived lookups now (index time), not on the first query."""
-        for name in ("lexical", "block_lexical", "row_of", "block_rows", "row_block"):
+        for name in ("lexical", "block_lexical", "block_rows", "row_block"):
             getattr(self, name)
 
     @cached_property
@@ -109,10 +109,6 @@ class HistoryIndex:
         message that has only one of them."""
         rows = {p: i for i, p in enumerate(self.message_ids)}
         return BM25([[t for p in b.message_ids for t in self.terms[rows[p]]] for b in self.blocks])
-
-    @cached_property
-    def row_of(self) -> dict[int, int]:
-        return {p: i for i, p in enumerate(self.message_ids)}
 
     @cached_property
     def block_rows(self) -> tuple[np.ndarray, np.ndarray]:
