@@ -38,7 +38,7 @@ def embedding_text(msg: Message) -> str:
 
 
 def build_index(thread: Thread, embedder: CachedEmbedder, segmenter: Segmenter, *,
-                segmenter_name: str, segmenter_params: dict, joined_blocks: bool = False,
+                segmenter_name: str, segmenter_params: dict,
                 progress: Callable[[int], None] | None = None) -> HistoryIndex:
     """Embed, segment and index a thread. Embeddings come from the cache when already known."""
     positions = [p for p, m in enumerate(thread.messages) if m.role != "system"]
@@ -48,17 +48,12 @@ def build_index(thread: Thread, embedder: CachedEmbedder, segmenter: Segmenter, 
     blocks = tuple(segmenter.segment(thread.messages, vectors))
     ordered = tuple(p for b in blocks for p in b.message_ids)
     terms = tuple(tuple(tokenize(message_text(thread.messages[p]))) for p in ordered)
-    block_vectors = None
-    if joined_blocks:
-        joined = ["\n".join(message_text(thread.messages[p]) for p in b.message_ids) for b in blocks]
-        block_vectors = VectorIndex(embedder.embed(joined, PASSAGE))
     manifest = {
         "format": FORMAT_VERSION,
         "embedder": embedder.id,
         "dim": embedder.dim,
         "segmenter": segmenter_name,
         **segmenter_params,
-        "joined_block_vectors": joined_blocks,
         "thread_id": thread.id,
         "thread_fingerprint": thread_fingerprint(thread),
         "n_messages": len(thread.messages),
@@ -66,4 +61,4 @@ def build_index(thread: Thread, embedder: CachedEmbedder, segmenter: Segmenter, 
         "versions": {d: _version(d) for d in ("semhist", "faiss-cpu", "numpy", "janome")},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    return HistoryIndex(manifest, blocks, ordered, VectorIndex(vectors[list(ordered)]), block_vectors, terms)
+    return HistoryIndex(manifest, blocks, ordered, VectorIndex(vectors[list(ordered)]), terms)

@@ -6,7 +6,6 @@ versions); loading refuses an index whose embedder is not the one asked for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +19,7 @@ from .errors import BackendError, ConfigError, IndexMismatchError, InputError
 from .lexical import BM25
 from .model import Block, Thread
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def _faiss():
@@ -32,12 +31,8 @@ def _faiss():
 
 
 def thread_fingerprint(thread: Thread) -> str:
-    """Hash of what retrieval reads from a thread, so a stale index is detected."""
-    h = hashlib.sha256()
-    for m in thread.messages:
-        h.update(f"{m.index}\x00{m.role}\x00{m.name or ''}\x00{m.content}\x00"
-                 f"{m.timestamp.isoformat() if m.timestamp else ''}\x01".encode())
-    return h.hexdigest()
+    """Identifies the whole thread, so a stale index is detected."""
+    return thread.prefix_digests[-1] if thread.messages else ""
 
 
 class VectorIndex:
@@ -86,7 +81,6 @@ class HistoryIndex:
     blocks: tuple[Block, ...]
     message_ids: tuple[int, ...]  # positions in thread.messages of each vector row
     messages: VectorIndex
-    block_vectors: VectorIndex | None  # one vector per block from its joined text, when built
     terms: tuple[tuple[str, ...], ...]  # BM25 terms of each message row
 
     @property
@@ -136,8 +130,6 @@ class HistoryIndex:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.messages.save(directory / "messages.faiss")
-        if self.block_vectors is not None:
-            self.block_vectors.save(directory / "blocks.faiss")
         payload = {
             "manifest": self.manifest,
             "message_ids": list(self.message_ids),
@@ -173,12 +165,9 @@ class HistoryIndex:
             for b in payload["blocks"]
         )
         messages = VectorIndex.load(directory / "messages.faiss")
-        block_vectors = None
-        if manifest.get("joined_block_vectors"):
-            block_vectors = VectorIndex.load(directory / "blocks.faiss")
         if messages.dim != manifest.get("dim") or messages.size != len(payload["message_ids"]):
             raise IndexMismatchError(f"{directory}: vectors do not match the manifest; rebuild the index")
         terms = tuple(tuple(t) for t in payload.get("terms", []))
         if len(terms) != len(payload["message_ids"]):
             raise IndexMismatchError(f"{directory}: lexical terms do not match the messages; rebuild the index")
-        return cls(manifest, blocks, tuple(payload["message_ids"]), messages, block_vectors, terms)
+        return cls(manifest, blocks, tuple(payload["message_ids"]), messages, terms)

@@ -7,7 +7,6 @@ record whose prefix no longer matches the thread (edited or replaced history) is
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -34,11 +33,8 @@ CREATE TABLE IF NOT EXISTS events (
 
 
 def prefix_hash(thread: Thread, upto: int) -> str:
-    """Hash of messages[0..upto] (positions, inclusive) as retrieval reads them."""
-    h = hashlib.sha256()
-    for m in thread.messages[:upto + 1]:
-        h.update(f"{m.index}\x00{m.role}\x00{m.name or ''}\x00{m.content}\x01".encode())
-    return h.hexdigest()
+    """Identifies messages[0..upto] (positions, inclusive)."""
+    return thread.prefix_digests[upto] if upto >= 0 else ""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +57,18 @@ class Thread:
     messages: tuple[Message, ...]
     queries: tuple[Query, ...] = ()
     language: str | None = None
+
+    @cached_property
+    def prefix_digests(self) -> tuple[str, ...]:
+        """digest[i] identifies messages[0..i] as retrieval reads them; computed once per
+        thread object, so indexes and compaction records can check what they were built from."""
+        h = hashlib.sha256()
+        out = []
+        for m in self.messages:
+            h.update(f"{m.index}\x00{m.role}\x00{m.name or ''}\x00{m.content}\x00"
+                     f"{m.timestamp.isoformat() if m.timestamp else ''}\x01".encode())
+            out.append(h.hexdigest())
+        return tuple(out)
 
     def ground_truth(self, request: str) -> Query | None:
         """The benchmark query whose text is this request, if the file carries one."""

@@ -78,7 +78,6 @@ class Settings:
     top_n: int = 3
     min_score: float | None = None
     relative_score: float = 0.5
-    block_scoring: str = "best-message"
     recent: int = 6
     hit_window: int = 2
     context_tokens: int = 1500
@@ -129,7 +128,6 @@ class Settings:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         choices = {
             "keyword": ("auto", "llm", "local"),
-            "block_scoring": ("best-message", "joined"),
             "context_role": ("system", "user"),
             "blocks_memory": ("none", "structured", "summary"),
         }

@@ -30,7 +30,6 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-n", type=int, help="blocks to retrieve (3)")
     g.add_argument("--min-score", type=float, help="minimum block score (off; 0.3 = the worked example)")
     g.add_argument("--relative-score", type=float, help="drop blocks below this share of the best score (0.5)")
-    g.add_argument("--block-scoring", choices=["best-message", "joined"], help="how a block is scored")
     g.add_argument("--recent", type=int, help="recent messages kept verbatim (6)")
     g.add_argument("--window", type=int, help="messages kept by the window strategy (10)")
     g.add_argument("--utterance-k", type=int, help="messages retrieved by the utterances strategy (10)")
@@ -49,7 +48,7 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> Settings:
     names = ("embedder", "segmenter", "gap_seconds", "max_block_tokens", "top_n", "min_score", "relative_score",
-             "block_scoring", "recent", "window", "utterance_k", "keyword", "timezone",
+             "recent", "window", "utterance_k", "keyword", "timezone",
              "system_prompt", "cache_dir", "lenient", "blocks_memory", "summary_trigger", "alternate")
     return Settings.load(**{n: getattr(args, n, None) for n in names})
 

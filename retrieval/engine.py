@@ -140,7 +140,7 @@ class Engine:
             segmenter = get_segmenter(s.segmenter, **params)
             self._indexes[key] = build_index(
                 thread, self.embedder, segmenter, segmenter_name=s.segmenter, segmenter_params=params,
-                joined_blocks=s.block_scoring == "joined", progress=progress)
+                progress=progress)
             self._indexes[key].warm()
         return self._indexes[key]
 
@@ -226,5 +226,5 @@ class Engine:
                 "hit_window": s.hit_window, "context_tokens": s.context_tokens,
                 "min_block_messages": s.min_block_messages,
                 "utterance_k": s.utterance_k,
-                "block_scoring": s.block_scoring, "keyword": s.keyword,
+                "keyword": s.keyword,
                 "llm": s.llm.model if s.llm else None}

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexers.embed import QUERY, Embedder
-from indexers.errors import ConfigError
 from indexers.index import HistoryIndex
 from indexers.model import Block
 
@@ -86,15 +85,9 @@ def score_messages(index: HistoryIndex, query: np.ndarray, k: int) -> list[tuple
     return [(index.message_ids[r], float(s)) for s, r in zip(scores, rows) if r >= 0]
 
 
-def score_blocks(index: HistoryIndex, query: np.ndarray, scoring: str = "best-message") -> list[ScoredBlock]:
-    """Every block by dense score alone, best first (best-message or joined text)."""
-    if scoring == "joined":
-        if index.block_vectors is None:
-            raise ConfigError("this index has no joined-block vectors; rebuild it with block scoring 'joined'")
-        scores, ids = index.block_vectors.search(query, index.block_vectors.size)
-        return [ScoredBlock(index.blocks[i], float(s), index.blocks[i].first) for s, i in zip(scores, ids)]
-    if scoring != "best-message":
-        raise ConfigError(f"unknown block scoring {scoring!r}; valid: best-message, joined")
+def score_blocks(index: HistoryIndex, query: np.ndarray) -> list[ScoredBlock]:
+    """Every block by its best message's cosine alone, best first (a dense-only view, for
+    inspection and tests; `blocks` ranks with `fused_blocks`)."""
     dense = dense_rows(index, query)
     best = block_max(index, dense)
     first, end = index.block_rows

@@ -62,11 +62,6 @@ def test_ramen_blocks_rank_first(engine, ramen):
     assert min(sb.score for sb in ramen_blocks) > max(sb.score for sb in scored if sb not in ramen_blocks)
 
 
-def test_joined_scoring_needs_joined_vectors(engine, ramen):
-    with pytest.raises(ConfigError, match="joined"):
-        score_blocks(engine.index(ramen), embed_query(engine.embedder, "x"), "joined")
-
-
 def test_index_round_trip_and_manifest(engine, ramen, tmp_path):
     index = engine.index(ramen)
     index.save(tmp_path / "idx")
