@@ -64,6 +64,16 @@ class EmbeddingCache:
             )
             self._db.commit()
 
+    def delete_many(self, keys: Sequence[bytes]) -> None:
+        """Erase cached vectors (forgetting a message erases what was derived from it)."""
+        for k in keys:
+            self._memory.pop(k, None)
+        if self._db is None or not keys:
+            return
+        with self._lock:
+            self._db.executemany("DELETE FROM embeddings WHERE key = ?", [(k,) for k in keys])
+            self._db.commit()
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()

@@ -82,23 +82,32 @@ class BM25:
         self.n = len(docs)
         lengths = np.array([len(d) for d in docs], dtype=np.float32)
         avg = float(lengths.mean()) if self.n and lengths.mean() > 0 else 1.0
-        postings: dict[str, list[tuple[int, int]]] = {}
+        self._k1, self._b, self._avg, self._lengths = k1, b, avg, lengths
+        self._postings: dict[str, list[tuple[int, int]]] = {}
         for i, doc in enumerate(docs):
             for term, tf in Counter(doc).items():
-                postings.setdefault(term, []).append((i, tf))
-        # per term: doc ids and their precomputed BM25 weight, so a query is a few array adds
+                self._postings.setdefault(term, []).append((i, tf))
+        # weights are computed for the terms a query asks for, when it asks: a query has a
+        # handful of terms, a thread view thousands (built per request for long threads)
         self._terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for term, plist in postings.items():
+
+    def _weights(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        if term not in self._terms:
+            plist = self._postings.get(term)
+            if plist is None:
+                return None
             ids = np.fromiter((i for i, _ in plist), dtype=np.int64, count=len(plist))
             tf = np.fromiter((t for _, t in plist), dtype=np.float32, count=len(plist))
             idf = math.log(1 + (self.n - len(plist) + 0.5) / (len(plist) + 0.5))
-            weight = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[ids] / avg))
+            k1, b = self._k1, self._b
+            weight = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self._lengths[ids] / self._avg))
             self._terms[term] = (ids, weight.astype(np.float32))
+        return self._terms[term]
 
     def scores(self, query_terms: Iterable[str]) -> np.ndarray:
         out = np.zeros(self.n, dtype=np.float32)
         for term in set(query_terms):
-            hit = self._terms.get(term)
+            hit = self._weights(term)
             if hit is not None:
                 out[hit[0]] += hit[1]
         return out

@@ -131,6 +131,12 @@ class MemoryStore:
             self._db.execute("DELETE FROM notes WHERE thread_id = ?", (thread_id,))
             self._db.execute("DELETE FROM notes_progress WHERE thread_id = ?", (thread_id,))
 
+    def forget_thread(self, thread_id: str) -> None:
+        """Drop everything derived from a thread: summaries, notes, events."""
+        with self._lock, self._db:
+            for table in ("summaries", "notes", "notes_progress", "events"):
+                self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
     def record_ask(self, thread: Thread, strategy: str, prompt_tokens: int, full_tokens: int,
                    llm_calls: int, llm_ms: float) -> None:
         with self._lock, self._db:

@@ -63,6 +63,12 @@ def _default_cache_dir() -> Path:
     return Path(user_cache_dir("semhist"))
 
 
+def _default_data_dir() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("semhist"))
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every tunable of the pipeline, resolved once."""
@@ -93,6 +99,12 @@ class Settings:
     system_prompt: str | None = None
     llm_timeout: float = 30.0
     cache_dir: Path = field(default_factory=_default_cache_dir)
+    data_dir: Path = field(default_factory=_default_data_dir)
+    db: str | None = None  # sqlite:///path or postgresql://...; default: a SQLite file in data_dir
+    pii: str = "off"  # off | on | comma-separated rule names (indexers.pii)
+    view_limit: int = 5_000  # stored threads up to this size are searched whole
+    ann_threshold: int = 50_000  # vectors per thread above which FAISS goes approximate (HNSW)
+    batch_size: int = 256
     llm: LLMConfig | None = None
 
     @classmethod
@@ -107,15 +119,17 @@ class Settings:
             if raw is not None and raw != "":
                 values[f.name] = _parse(f.name, f.type, raw)
         values.update({k: v for k, v in overrides.items() if v is not None and k != "llm"})
-        if "cache_dir" in values:
-            values["cache_dir"] = Path(values["cache_dir"]).expanduser()
+        for name in ("cache_dir", "data_dir"):
+            if name in values:
+                values[name] = Path(values[name]).expanduser()
         settings = cls(**values)
         llm = overrides.get("llm") or LLMConfig.from_env(env, settings.llm_timeout)
         return replace(settings, llm=llm).validated()
 
     def validated(self) -> Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
-                    "utterance_k", "history_budget", "context_tokens", "llm_timeout")
+                    "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
+                    "ann_threshold", "batch_size")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -135,6 +149,14 @@ class Settings:
             if getattr(self, name) not in valid:
                 raise ConfigError(f"{name} must be one of {', '.join(valid)}; got {getattr(self, name)!r}")
         return self
+
+    @property
+    def db_url(self) -> str:
+        return self.db or f"sqlite:///{self.data_dir / 'semhist.sqlite3'}"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "indexes"
 
 
 def _parse(name: str, annotation: Any, raw: str) -> Any:

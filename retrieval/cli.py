@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from indexers.errors import SemhistError
+from indexers.errors import InputError, SemhistError
 from indexers.loader import load
 from indexers.settings import Budget, Settings
 
-from . import render
+from . import cli_store, render
 from .strategies import STRATEGIES
 
 COMPARE_DEFAULT = list(STRATEGIES)
@@ -49,7 +49,8 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> Settings:
     names = ("embedder", "segmenter", "gap_seconds", "max_block_tokens", "top_n", "min_score", "relative_score",
              "recent", "window", "utterance_k", "keyword", "timezone",
-             "system_prompt", "cache_dir", "lenient", "blocks_memory", "summary_trigger", "alternate")
+             "system_prompt", "cache_dir", "lenient", "blocks_memory", "summary_trigger", "alternate",
+             "db", "data_dir", "pii")
     return Settings.load(**{n: getattr(args, n, None) for n in names})
 
 
@@ -68,6 +69,13 @@ def _engine(settings: Settings, record: bool = True):
 
 def cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if args.request is None:  # semhist ask --thread ID "request": a stored thread
+        if not args.thread:
+            parser_error = "give a history file and a request, or --thread ID and a request for a stored thread"
+            raise InputError(parser_error)
+        from .cli_store import ask_stored
+
+        return ask_stored(args, settings)
     thread = _thread(args, settings)
     engine = _engine(settings)
     if args.index:
@@ -189,19 +197,30 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(handler, with_loader: bool = False):
+    """Adapt a stored-thread handler to `args.func(args)`: settings resolve here, once."""
+    def func(args: argparse.Namespace) -> int:
+        settings = _settings(args)
+        return handler(args, settings, _thread) if with_loader else handler(args, settings)
+    return func
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semhist", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = parser.add_subparsers(dest="command", required=True)
     strategies = list(STRATEGIES)
 
-    p = sub.add_parser("ask", help="build the prompt for one request over a history file")
-    p.add_argument("file", help="history: JSON list, {\"messages\": [...]}, JSON Lines, or benchmark thread")
-    p.add_argument("request", help="the user's new request")
+    p = sub.add_parser("ask", help="build the prompt for one request over a history file or a stored thread",
+                       usage="semhist ask FILE REQUEST [options] | semhist ask --thread ID REQUEST [options]")
+    p.add_argument("file", metavar="FILE", help="history: JSON list, {\"messages\": [...]}, JSON Lines, or "
+                                               "benchmark thread (omit it to ask a stored thread)")
+    p.add_argument("request", nargs="?", help="the user's new request")
     p.add_argument("--strategy", default="blocks", choices=strategies)
     p.add_argument("--budget", help="hard prompt budget: tokens (2000) or share of the full history (10%%)")
-    p.add_argument("--thread", help="thread id, when the file holds several")
+    p.add_argument("--thread", help="stored thread id (no FILE), or which thread of a file with several")
     p.add_argument("--index", help="a directory written by semhist index (skips embedding)")
+    cli_store.store_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--answer", action="store_true", help="also send the prompt to the LLM and print the reply")
     _settings_args(p)
@@ -239,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--cache-dir")
     p.set_defaults(func=cmd_stats)
+
+    cli_store.register(sub, _settings_args, _run)
 
     p = sub.add_parser("llm-server", help="serve the packaged local LLM on 127.0.0.1 (OpenAI-compatible)")
     p.add_argument("--host", default="127.0.0.1")

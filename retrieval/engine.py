@@ -152,6 +152,14 @@ class Engine:
         self._indexes[thread_fingerprint(thread)] = index
         return index
 
+    def register_index(self, thread: Thread, index: HistoryIndex) -> None:
+        """Use an index built elsewhere (a stored thread's view) for this thread."""
+        index.warm()
+        self._indexes[thread_fingerprint(thread)] = index
+
+    def forget_indexes(self) -> None:
+        self._indexes.clear()
+
     def keywords(self, request: str, thread: Thread | None = None) -> KeywordResult:
         """What to search for; relative dates resolve against the thread's last message."""
         anchor = None

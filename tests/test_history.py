@@ -1,0 +1,228 @@
+"""Stored threads end to end with the real embedder and FAISS, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from indexers.cache import cache_key
+from indexers.embed import PASSAGE
+from indexers.errors import IndexMismatchError, InputError
+from indexers.model import Message, Thread
+from indexers.segment import TimeGapSegmenter
+from indexers.settings import Settings
+from retrieval.history import History
+
+from .conftest import RAMEN_REQUEST, RAMEN_TURNS, drop_all
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def make_history(request, tmp_path, cache_dir):
+    """History factory on one backend; every History made shares the database and files."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        drop_all(url)
+    made = []
+
+    def make(**overrides) -> History:
+        settings = Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data", db=url, **overrides)
+        h = History(settings)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def test_ingest_then_ask_keeps_every_ramen_turn_and_logs_it(make_history, ramen):
+    h = make_history()
+    assert h.ingest("team-1", ramen).added == len(ramen.messages)
+    again = h.ingest("team-1", ramen)
+    assert (again.added, again.skipped) == (0, len(ramen.messages))  # idempotent
+    result = h.ask("team-1", RAMEN_REQUEST)
+    kept = {h.last_view.thread.messages[p].index for p in result.included}
+    stored_ids = [m.id for m in h.store.messages("team-1")]
+    assert {stored_ids[i] for i in RAMEN_TURNS} <= kept
+    (turn,) = h.log("team-1")
+    assert turn["keyword"] == ["ラーメン"] and turn["extractor"] == "local"
+    assert turn["retrieved"] and turn["retrieved"][0]["score"] > 0.3
+    assert turn["prompt_tokens"] == result.prompt.tokens and turn["timings_ms"]["total_ms"] > 0
+
+
+class CountingEmbedder:
+    def __init__(self, inner):
+        self.inner, self.id, self.dim, self.texts = inner, inner.id, inner.dim, 0
+
+    def embed(self, texts, kind=PASSAGE):
+        self.texts += len(texts)
+        return self.inner.embed(texts, kind)
+
+
+def _chat(n: int, start: datetime, seed: int = 0) -> list[Message]:
+    rng = random.Random(seed)
+    topics = ["ramen in Sapporo", "the deploy on Friday", "budget for Q3", "the team offsite", "a flaky test"]
+    out, t = [], start
+    for i in range(n):
+        t += timedelta(seconds=rng.choice([20, 40, 90, 900]))  # some pauses start new blocks
+        out.append(Message(i, "user" if i % 2 == 0 else "assistant",
+                           f"{rng.choice(topics)}: note {i} " + " ".join(rng.choices(["and", "so", "then", "ok"], k=6)), t))
+    return out
+
+
+def test_append_costs_one_embedding_and_never_touches_closed_blocks(make_history):
+    h = make_history()
+    msgs = _chat(300, datetime(2026, 1, 1, tzinfo=timezone.utc))
+    h.ingest("t", Thread("t", tuple(msgs)))
+    closed = h.store.blocks("t")
+    counter = CountingEmbedder(h.ingestor.embedder)
+    h.ingestor.embedder = counter
+    tail_sizes = []
+    for i in range(20):
+        h.add("t", "user", f"follow-up {i} about the deploy", timestamp=msgs[-1].timestamp + timedelta(seconds=30 * (i + 1)))
+        tail_sizes.append(len(h.store.tail("t")))
+    assert counter.texts == 20  # one embedding per appended message
+    assert h.store.blocks("t")[:len(closed)] == closed  # closed blocks unchanged
+    assert max(tail_sizes) <= 60  # the work per append is bounded by the open block, not the thread
+
+
+def test_incremental_blocks_equal_segmenting_the_whole_thread(make_history):
+    h = make_history(batch_size=7)
+    msgs = _chat(200, datetime(2026, 1, 1, tzinfo=timezone.utc), seed=3)
+    h.ingest("t", Thread("t", tuple(msgs)))
+    stored = h.store.messages("t", with_vectors=True)
+    vectors = np.vstack([m.vector for m in stored])
+    whole = TimeGapSegmenter().segment(msgs, vectors)
+    got = [tuple(stored.index(next(s for s in stored if s.id == i)) for i in b.message_ids) for b in h.store.blocks("t")]
+    assert got == [b.message_ids for b in whole[:-1]]
+
+
+def test_no_query_ever_returns_another_threads_text(make_history):
+    h = make_history()
+    rng = random.Random(11)
+    words = ["ramen", "deploy", "budget", "offsite", "flaky test", "holiday", "invoice", "design review"]
+    threads = [f"user-{i}" for i in range(10)]
+    start = datetime(2026, 2, 1, tzinfo=timezone.utc)
+    for t in threads:
+        msgs = [Message(j, "user" if j % 2 == 0 else "assistant", f"[{t}] {rng.choice(words)} {rng.choice(words)}",
+                        start + timedelta(minutes=j)) for j in range(rng.randint(5, 30))]
+        h.ingest(t, Thread(t, tuple(msgs)))
+    for _ in range(40):
+        t = rng.choice(threads)
+        request = f"what did we say about the {rng.choice(words)}?"
+        vector = h.engine.embedder.embed([request])[0]
+        assert all(m.content.startswith(f"[{t}]") for m, _ in h.search(t, vector, k=50))
+        result = h.ask(t, request, log_turn=False)
+        text = "\n".join(str(m["content"]) for m in result.prompt.messages)
+        others = [o for o in threads if o != t and f"[{o}]" in text]
+        assert not others, f"{t}'s prompt holds text of {others}"
+
+
+def test_forget_removes_text_vectors_cache_and_files(make_history, ramen):
+    h = make_history()
+    h.ingest("a", ramen)
+    h.ingest("b", ramen)
+    h.ask("a", RAMEN_REQUEST)
+    path = h.vectors("a").path
+    assert path.exists()
+    texts = [m.content for m in ramen.messages]
+    h.engine.embedder.embed(texts)  # as a file ask would have cached them
+    h.forget("a")
+    assert not path.exists() and h.store.count("a") == 0 and not h.store.has_thread("a")
+    assert not h.engine.embedder.cache.get_many([cache_key(h.engine.embedder.id, PASSAGE, texts[3])], h.engine.embedder.dim)
+    with pytest.raises(InputError):
+        h.ask("a", RAMEN_REQUEST)
+    assert h.store.count("b") == len(ramen.messages)  # other threads untouched
+
+
+def test_forget_messages_and_before_a_date(make_history, ramen):
+    h = make_history()
+    h.ingest("a", ramen)
+    target = next(m for m in h.store.messages("a") if "すみれ" in m.content)
+    h.forget("a", ids=[target.id])
+    vector = h.engine.embedder.embed(["すみれの味噌ラーメン"])[0]
+    assert all(m.id != target.id for m, _ in h.search("a", vector, k=100))
+    text = "\n".join(str(m["content"]) for m in h.ask("a", "すみれについて教えて").prompt.messages)
+    assert target.content not in text
+    cutoff = h.store.messages("a")[30].timestamp
+    older = sum(1 for m in h.store.messages("a") if m.timestamp < cutoff)
+    removed = h.forget("a", before=cutoff)
+    assert removed == older > 0 and all(m.timestamp >= cutoff for m in h.store.messages("a"))
+
+
+def test_retention_forgets_old_messages_on_write(make_history):
+    h = make_history()
+    now = datetime.now(timezone.utc)
+    old = [Message(i, "user", f"old {i}", now - timedelta(days=40, minutes=-i)) for i in range(5)]
+    h.ingest("r", Thread("r", tuple(old)))
+    h.store.set_retention("r", 30)
+    h.add("r", "user", "fresh")
+    assert [m.content for m in h.store.messages("r")] == ["fresh"]
+
+
+def test_pii_is_masked_before_storing_and_embedding(make_history):
+    h = make_history(pii="on")
+    h.add("p", "user", "連絡先は taro@example.jp と 090-1234-5678、カードは 4111 1111 1111 1111 です")
+    (stored,) = h.store.messages("p", with_vectors=True)
+    assert stored.content == "連絡先は [EMAIL] と [PHONE]、カードは [CARD] です"
+    expected = h.engine.embedder.embed([stored.content])[0]
+    assert np.allclose(stored.vector, expected, atol=1e-5)
+    plain = make_history()
+    plain.add("q", "user", "taro@example.jp")
+    assert plain.store.messages("q")[0].content == "taro@example.jp"  # off by default
+
+
+def test_large_threads_go_approximate_with_high_recall(make_history):
+    h = make_history(ann_threshold=500, view_limit=400)
+    msgs = _chat(900, datetime(2026, 1, 1, tzinfo=timezone.utc), seed=5)
+    h.ingest("big", Thread("big", tuple(msgs)))
+    tv = h.vectors("big")
+    assert tv.kind == "hnsw" and tv.size == 900
+    stored = h.store.messages("big", with_vectors=True)
+    matrix = np.vstack([m.vector for m in stored])
+    ids = np.array([m.id for m in stored])
+    rng = np.random.default_rng(0)
+    recalls = []
+    for q in rng.choice(len(stored), 50, replace=False):
+        query = matrix[q] + 0.05 * rng.standard_normal(matrix.shape[1]).astype(np.float32)
+        exact = set(ids[np.argsort(-(matrix @ query))[:10]])
+        recalls.append(len(exact & set(tv.search(query, 10)[1])) / 10)
+    assert np.mean(recalls) >= 0.95
+    result = h.ask("big", "what about the deploy on Friday?")
+    assert not h.last_view.whole and len(h.last_view.stored_ids) < 900
+    assert result.prompt.selection.retrieved
+
+
+def test_corrupt_or_missing_faiss_is_rebuilt_with_a_log_line(make_history, ramen, caplog):
+    h = make_history()
+    h.ingest("c", ramen)
+    tv = h.vectors("c")
+    path, size = tv.path, tv.size
+    h.close()
+    path.write_bytes(path.read_bytes()[:200] + b"garbage")
+    with caplog.at_level(logging.INFO, logger="semhist.vectors"):
+        fresh = make_history()
+        assert fresh.vectors("c").size == size
+    assert any("corrupt" in r.getMessage() for r in caplog.records)
+    fresh.close()
+    path.unlink()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="semhist.vectors"):
+        assert make_history().vectors("c").size == size
+    assert any("missing" in r.getMessage() for r in caplog.records)
+
+
+def test_another_embedder_is_refused_until_reindex(make_history, ramen):
+    make_history().ingest("e", ramen)
+    other = make_history(embedder="e5-small")
+    with pytest.raises(IndexMismatchError, match="semhist reindex"):
+        other.ask("e", RAMEN_REQUEST)
+    assert other.reindex("e") == len(ramen.messages)
+    assert other.ask("e", RAMEN_REQUEST).prompt.selection.retrieved
+    assert other.vectors("e").dim == 384
