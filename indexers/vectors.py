@@ -13,13 +13,14 @@ import hashlib
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from .errors import IndexMismatchError
 from .index import _faiss
-from .store import SQLStore, check_thread_id
+from .store import SQLStore, StoredMessage, check_thread_id
 
 log = logging.getLogger("semhist.vectors")
 
@@ -146,6 +147,24 @@ class ThreadVectors:
                                         min(k, self.size))
         keep = ids[0] >= 0
         return scores[0][keep], ids[0][keep]
+
+    def attach(self, messages: list[StoredMessage]) -> list[StoredMessage]:
+        """The messages with their vectors read back from the index (exact for flat and
+        HNSW storage alike); messages the index does not hold (system ones) get none."""
+        held = [m for m in messages if m.role != "system"]
+        if not held or self.index is None:
+            return messages
+        keys = np.array([m.id for m in held], dtype=np.int64)
+        try:
+            vectors = self.index.reconstruct_batch(keys)
+        except RuntimeError:  # stored by another writer after our last sync
+            self.sync()
+            try:
+                vectors = self.index.reconstruct_batch(keys)
+            except RuntimeError:
+                return self.store.messages(self.thread_id, ids=[m.id for m in messages], with_vectors=True)
+        by_id = {m.id: v for m, v in zip(held, vectors)}
+        return [replace(m, vector=by_id[m.id]) if m.id in by_id else m for m in messages]
 
     def save(self) -> None:
         body = _faiss().serialize_index(self.index).tobytes()

@@ -110,7 +110,8 @@ def cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
     history = _history(settings)
     ids = [args.thread] if args.thread else [i.thread_id for i in history.threads()]
     for thread_id in ids:
-        history._require(thread_id)
+        if not history.store.has_thread(thread_id):
+            raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
         with tqdm(total=history.store.count(thread_id), desc=f"re-embedding {thread_id}", unit="msg",
                   file=sys.stderr, disable=args.quiet) as bar:
             n = history.reindex(thread_id, progress=bar.update)
@@ -143,8 +144,7 @@ def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
     days = None if args.days in ("off", "none") else float(args.days)
     if days is not None and days <= 0:
         raise InputError("--days must be > 0 (or off)")
-    history.store.set_retention(args.thread, days)
-    removed = history.forget_expired().get(args.thread, 0)
+    removed = history.set_retention(args.thread, days)
     print(f"{args.thread}: retention {'off' if days is None else f'{days:g} days'}; {removed} messages forgotten now")
     return 0
 

@@ -41,6 +41,7 @@ log = logging.getLogger("semhist.history")
 
 CANDIDATE_HITS = 32  # nearest messages whose blocks enter the view of a long thread
 RECENT_VIEW = 40  # latest messages always in the view
+RETENTION_CHECK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class History:
         self._vectors: dict[str, ThreadVectors] = {}
         self.last_view: View | None = None  # what the last ask searched (for rendering it)
         self._whole: dict[str, tuple[tuple[int, int], View]] = {}  # whole-thread views by thread state
+        self._verified: set[str] = set()  # threads whose stored embedder matches ours
+        self._retention_checked: dict[str, float] = {}
 
     @cached_property
     def store(self) -> SQLStore:
@@ -104,6 +107,8 @@ class History:
         return ids[0]
 
     def _check_embedder(self, thread_id: str) -> None:
+        if thread_id in self._verified:
+            return
         manifest = self.store.manifest(thread_id) if self.store.has_thread(thread_id) else None
         wanted = {"embedder": self.engine.embedder.id, "dim": self.engine.embedder.dim}
         if manifest is None:
@@ -112,11 +117,17 @@ class History:
             raise IndexMismatchError(
                 f"thread {thread_id} was indexed with {manifest.get('embedder')!r}, not {wanted['embedder']!r}; "
                 f"run: semhist reindex --thread {thread_id} --embedder {self.settings.embedder}")
+        self._verified.add(thread_id)
 
     def _after_write(self, thread_id: str) -> None:
-        days = self.store.retention(thread_id)
-        if days is not None:
-            self.forget(thread_id, before=cutoff(days, datetime.now(timezone.utc)))
+        # Retention is counted in days: checking it once a minute per thread is exact enough
+        # and keeps a read off every append.
+        now = time.monotonic()
+        if now - self._retention_checked.get(thread_id, -RETENTION_CHECK_S) >= RETENTION_CHECK_S:
+            self._retention_checked[thread_id] = now
+            days = self.store.retention(thread_id)
+            if days is not None:
+                self.forget(thread_id, before=cutoff(days, datetime.now(timezone.utc)))
         if thread_id in self._vectors:
             self._vectors[thread_id].sync()
 
@@ -146,6 +157,16 @@ class History:
         self.engine.forget_indexes()
         self._whole.pop(thread_id, None)
 
+    def set_retention(self, thread_id: str, days: float | None) -> int:
+        """Keep the thread's messages `days` days (None: forever); applies it now and on
+        writes (other processes notice within a minute). Returns how many were forgotten."""
+        self._require(thread_id)
+        self.store.set_retention(thread_id, days)
+        self._retention_checked.pop(thread_id, None)
+        if days is None:
+            return 0
+        return self.forget(thread_id, before=cutoff(days, datetime.now(timezone.utc)))
+
     def forget_expired(self) -> dict[str, int]:
         now = datetime.now(timezone.utc)
         out = {}
@@ -173,21 +194,32 @@ class History:
             self._vectors[thread_id] = tv.open()
         return self._vectors[thread_id]
 
-    def vectors(self, thread_id: str) -> ThreadVectors:
+    def vectors(self, thread_id: str, state: tuple[int, int] | None = None) -> ThreadVectors:
         """The thread's FAISS index, opened (rebuilt if needed) and caught up with the store."""
-        self._require(thread_id)
+        state = state or self._require(thread_id)
         tv = self._thread_vectors(thread_id)
-        tv.sync()
+        if tv.generation != state[0]:  # another process forgot messages: reload or rebuild
+            tv.open()
+        else:
+            tv.sync()
         return tv
 
-    def _require(self, thread_id: str) -> None:
-        if not self.store.has_thread(check_thread_id(thread_id)):
+    def _require(self, thread_id: str) -> tuple[int, int]:
+        """The thread's (generation, message count); refuses unknown threads and threads
+        embedded with another model."""
+        state = self.store.state(check_thread_id(thread_id))
+        if state == (0, 0) and not self.store.has_thread(thread_id):
+            self._verified.discard(thread_id)
             raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
-        manifest = self.store.manifest(thread_id) or {}
-        if manifest.get("embedder") not in (None, self.engine.embedder.id):
-            raise IndexMismatchError(
-                f"thread {thread_id} was indexed with {manifest.get('embedder')!r}, not {self.engine.embedder.id!r}; "
-                f"run: semhist reindex --thread {thread_id} --embedder {self.settings.embedder}")
+        if thread_id not in self._verified:
+            manifest = self.store.manifest(thread_id) or {}
+            if manifest.get("embedder") not in (None, self.engine.embedder.id):
+                raise IndexMismatchError(
+                    f"thread {thread_id} was indexed with {manifest.get('embedder')!r}, not "
+                    f"{self.engine.embedder.id!r}; run: semhist reindex --thread {thread_id} "
+                    f"--embedder {self.settings.embedder}")
+            self._verified.add(thread_id)
+        return state
 
     def search(self, thread_id: str, vector: np.ndarray, k: int = 10) -> list[tuple[StoredMessage, float]]:
         """The k stored messages nearest to a query vector, with their cosine."""
@@ -196,8 +228,7 @@ class History:
         return [(found[int(i)], float(s)) for s, i in zip(scores, ids) if int(i) in found]
 
     def view(self, thread_id: str, query_vector: np.ndarray | None = None) -> View:
-        self._require(thread_id)
-        state = self.store.state(thread_id)
+        state = self._require(thread_id)
         if state[1] <= self.settings.view_limit or query_vector is None:
             cached = self._whole.get(thread_id)
             if cached and cached[0] == state:
@@ -206,14 +237,16 @@ class History:
             view = self._build_view(thread_id, stored, self.store.blocks(thread_id), whole=True)
             self._whole[thread_id] = (state, view)
             return view
-        _, hits = self.vectors(thread_id).search(query_vector, CANDIDATE_HITS)
+        tv = self.vectors(thread_id, state)
+        _, hits = tv.search(query_vector, CANDIDATE_HITS)
         owners = self.store.block_of(thread_id, [int(i) for i in hits])
         blocks = self.store.blocks(thread_id, sorted({b for b in owners.values() if b is not None and b >= 0}))
         recent = self.store.messages(thread_id, last=RECENT_VIEW)
         wanted = {i for b in blocks for i in b.message_ids} | {m.id for m in recent}
         wanted |= {m.id for m in self.store.tail(thread_id)}
-        stored = self.store.messages(thread_id, ids=sorted(wanted), with_vectors=True)
-        return self._build_view(thread_id, stored, blocks, whole=False)
+        # vectors come from the FAISS index in memory, not as 2 KB blobs over the wire
+        stored = self.store.messages(thread_id, ids=sorted(wanted))
+        return self._build_view(thread_id, tv.attach(stored), blocks, whole=False)
 
     def _build_view(self, thread_id: str, stored: list[StoredMessage], closed: list[StoredBlock], whole: bool) -> View:
         messages = tuple(as_message(m) for m in stored)

@@ -161,9 +161,12 @@ def test_retention_forgets_old_messages_on_write(make_history):
     now = datetime.now(timezone.utc)
     old = [Message(i, "user", f"old {i}", now - timedelta(days=40, minutes=-i)) for i in range(5)]
     h.ingest("r", Thread("r", tuple(old)))
-    h.store.set_retention("r", 30)
     h.add("r", "user", "fresh")
+    assert h.set_retention("r", 30) == 5
     assert [m.content for m in h.store.messages("r")] == ["fresh"]
+    other = make_history()  # another process, applying it on its next write
+    other.ingest("r", Thread("r", tuple(old)))
+    assert other.store.count("r") == 1
 
 
 def test_pii_is_masked_before_storing_and_embedding(make_history):
@@ -226,3 +229,15 @@ def test_another_embedder_is_refused_until_reindex(make_history, ramen):
     assert other.reindex("e") == len(ramen.messages)
     assert other.ask("e", RAMEN_REQUEST).prompt.selection.retrieved
     assert other.vectors("e").dim == 384
+
+
+def test_a_replica_never_returns_what_another_forgot(make_history, ramen):
+    writer, reader = make_history(), make_history()
+    writer.ingest("a", ramen)
+    vector = reader.engine.embedder.embed(["すみれの味噌ラーメン"])[0]
+    (top, _), *_ = reader.search("a", vector, k=5)  # the reader's index is loaded and warm
+    writer.forget("a", ids=[top.id])
+    assert all(m.id != top.id for m, _ in reader.search("a", vector, k=100))
+    assert reader.vectors("a").size == len(ramen.messages) - 1
+    writer.add("a", "user", "すみれの新メニューが出た")
+    assert any("新メニュー" in m.content for m, _ in reader.search("a", vector, k=100))
