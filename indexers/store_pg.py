@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import BackendError, missing_extra
-from .store import SQLStore
+from .store_sql import SQLStore
 
 
 def _psycopg():

@@ -8,7 +8,6 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from indexers.errors import InputError, SemhistError
 from indexers.loader import load
@@ -197,11 +196,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(handler, with_loader: bool = False):
+def _run(handler):
     """Adapt a stored-thread handler to `args.func(args)`: settings resolve here, once."""
     def func(args: argparse.Namespace) -> int:
-        settings = _settings(args)
-        return handler(args, settings, _thread) if with_loader else handler(args, settings)
+        return handler(args, _settings(args))
     return func
 
 

@@ -33,12 +33,17 @@ def _date(text: str, settings: Settings) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=tz.gettz(settings.timezone) or timezone.utc)
 
 
-def cmd_ingest(args: argparse.Namespace, settings: Settings, load_thread: Callable) -> int:
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
-    thread = load_thread(args, settings)
+    from indexers.loader import load
+
+    loaded = load(args.file, timezone_name=settings.timezone, lenient=settings.lenient)
+    for problem in loaded.problems:
+        print(f"semhist: skipped {problem}", file=sys.stderr)
+    thread = loaded.only(args.source_thread)
     history = _history(settings)
-    thread_id = args.as_thread or thread.id
+    thread_id = args.thread or thread.id
     with tqdm(total=len(thread.messages), desc=f"ingesting {thread_id}", unit="msg", file=sys.stderr,
               disable=args.quiet) as bar:
         result = history.ingest(thread_id, thread, progress=bar.update)
@@ -162,12 +167,12 @@ def register(sub, settings_args: Callable, run: Callable) -> None:
     """Add the stored-thread subcommands; `run(fn)` wraps a handler with settings loading."""
     p = sub.add_parser("ingest", help="store a history file as a thread (idempotent)")
     p.add_argument("file")
-    p.add_argument("--thread", help="which thread of the file, when it holds several")
-    p.add_argument("--as", dest="as_thread", help="store it under this thread id (default: the file's)")
+    p.add_argument("--thread", help="the stored thread's id (default: the file's thread id)")
+    p.add_argument("--source-thread", help="which thread of the file, when it holds several")
     p.add_argument("--quiet", action="store_true")
     store_args(p)
     settings_args(p)
-    p.set_defaults(func=run(cmd_ingest, with_loader=True))
+    p.set_defaults(func=run(cmd_ingest))
 
     p = sub.add_parser("add", help="append one message to a stored thread")
     p.add_argument("text")

@@ -27,7 +27,7 @@ from indexers.errors import IndexMismatchError, InputError
 from indexers.index import FORMAT_VERSION, HistoryIndex, VectorIndex, thread_fingerprint
 from indexers.loader import loads
 from indexers.ingest import IngestResult, Ingestor, as_message, cutoff, source_key
-from indexers.model import Block, Message, Thread
+from indexers.model import Block, Thread
 from indexers.pii import masker_from_setting
 from indexers.segment import get_segmenter
 from indexers.settings import Budget, Settings
@@ -286,7 +286,8 @@ class History:
         result = self.engine.ask(view.thread, request, strategy=strategy, budget=budget, keywords=keywords,
                                  answer=answer)
         if log_turn:
-            self.store.log_turn(thread_id, _turn_record(result, view, {
+            masker = self.ingestor.masker  # the log keeps no PII the store would not
+            self.store.log_turn(thread_id, _turn_record(result, view, masker, {
                 "view_ms": round((viewed - start) * 1000, 2), "total_ms": round((time.perf_counter() - start) * 1000, 2)}))
         return result
 
@@ -315,7 +316,7 @@ def _stack(messages: list[StoredMessage], dim: int | None = None) -> np.ndarray 
     return out
 
 
-def _turn_record(result: AskResult, view: View, timings: dict[str, float]) -> dict[str, Any]:
+def _turn_record(result: AskResult, view: View, masker, timings: dict[str, float]) -> dict[str, Any]:
     """What one ask sent and why: enough to answer "why did the bot forget X" later."""
     kw = result.keywords
     thread = view.thread
@@ -323,8 +324,8 @@ def _turn_record(result: AskResult, view: View, timings: dict[str, float]) -> di
                "score": round(r.score, 4) if r.score is not None else None}
               for r in result.prompt.selection.retrieved]
     return {
-        "request": result.request, "strategy": result.strategy,
-        "keyword": list(kw.keywords) if kw else None, "extractor": kw.source if kw else None,
+        "request": masker(result.request) if masker else result.request, "strategy": result.strategy,
+        "keyword": [masker(k) if masker else k for k in kw.keywords] if kw else None, "extractor": kw.source if kw else None,
         "extractor_reason": kw.reason if kw else None, "intent": kw.intent if kw else None,
         "time_range": str(kw.time_range) if kw and kw.time_range else None,
         "retrieved": blocks, "prompt_tokens": result.prompt.tokens, "budget_tokens": result.budget_tokens,

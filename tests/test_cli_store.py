@@ -19,10 +19,10 @@ def run(tmp_path, cache_dir):
 
 
 def test_ingest_add_ask_log_threads_forget(run):
-    first = run("ingest", str(SAMPLES / "ramen.json"), "--as", "19:team@thread.v2")
+    first = run("ingest", str(SAMPLES / "ramen.json"), "--thread", "19:team@thread.v2")
     assert "68 added, 0 already stored, 68 in the thread" in first.stdout
     assert "ingesting" in first.stderr  # the progress bar
-    again = run("ingest", str(SAMPLES / "ramen.json"), "--as", "19:team@thread.v2", "--quiet")
+    again = run("ingest", str(SAMPLES / "ramen.json"), "--thread", "19:team@thread.v2", "--quiet")
     assert "0 added, 68 already stored, 68 in the thread" in again.stdout
 
     out = run("add", "--thread", "19:team@thread.v2", "--role", "user", "次はつけ麺の店も知りたい",
@@ -59,7 +59,7 @@ def test_bad_ids_urls_and_embedder_changes_are_clear_errors(run):
     assert bad.returncode == 2 and "invalid thread id" in bad.stderr and "Traceback" not in bad.stderr
     url = run("threads", env={"SEMHIST_DB": "mysql://x/y"}, check=False)
     assert url.returncode == 3 and "valid: postgres://, postgresql://, sqlite://" in url.stderr
-    run("ingest", str(SAMPLES / "ramen.json"), "--as", "t1", "--quiet")
+    run("ingest", str(SAMPLES / "ramen.json"), "--thread", "t1", "--quiet")
     mismatch = run("ask", "--thread", "t1", RAMEN_REQUEST, "--embedder", "e5-small", check=False)
     assert mismatch.returncode == 3 and "semhist reindex --thread t1 --embedder e5-small" in mismatch.stderr
     done = run("reindex", "--thread", "t1", "--embedder", "e5-small", "--quiet").stdout

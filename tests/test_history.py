@@ -176,6 +176,8 @@ def test_pii_is_masked_before_storing_and_embedding(make_history):
     assert stored.content == "連絡先は [EMAIL] と [PHONE]、カードは [CARD] です"
     expected = h.engine.embedder.embed([stored.content])[0]
     assert np.allclose(stored.vector, expected, atol=1e-5)
+    h.ask("p", "メールは taro@example.jp で合ってる？")
+    assert h.log("p")[-1]["request"] == "メールは [EMAIL] で合ってる？"  # the turn log is masked too
     plain = make_history()
     plain.add("q", "user", "taro@example.jp")
     assert plain.store.messages("q")[0].content == "taro@example.jp"  # off by default

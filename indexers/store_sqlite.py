@@ -1,0 +1,73 @@
+"""SQLite backend of the store: one file, WAL mode, the default."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import BackendError
+from .store_sql import SQLStore
+
+
+class SQLiteStore(SQLStore):
+    """One SQLite file in WAL mode. Writers take the database lock up front (BEGIN
+    IMMEDIATE), so concurrent appenders queue instead of failing halfway."""
+
+    def __init__(self, path: str | Path, timeout: float = 60.0):
+        self.path = Path(path).expanduser()
+        self.url = f"sqlite:///{self.path}"
+        self.timeout = timeout
+        self._local = threading.local()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn()
+        except (OSError, sqlite3.Error) as exc:
+            raise BackendError(f"cannot open the store {self.path}: {exc}") from exc
+        self.migrate()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint, never corrupt
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _write(self, thread_id: str | None = None) -> Iterator[sqlite3.Cursor]:
+        cur = self._conn().cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            if thread_id is not None:
+                self._ensure_thread(cur, thread_id)
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            if self._conn().in_transaction:
+                cur.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise BackendError(f"store {self.path}: {exc}") from exc
+            raise
+        finally:
+            cur.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Cursor]:
+        cur = self._conn().cursor()
+        try:
+            yield cur
+        except sqlite3.Error as exc:
+            raise BackendError(f"store {self.path}: {exc}") from exc
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
