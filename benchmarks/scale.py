@@ -186,6 +186,7 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/semhist-scale")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "scale"))
+    p.add_argument("--keep", action="store_true", help="keep each case's database and files")
     p.add_argument("--one", nargs=2, metavar=("N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -207,7 +208,8 @@ def main() -> None:
                 sys.exit(f"case {backend} {n} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-            subprocess.run(["rm", "-rf", str(work)], check=True)
+            if not args.keep:
+                subprocess.run(["rm", "-rf", str(work)], check=True)
     Path(args.out + ".json").write_text(json.dumps(rows, indent=1))
     Path(args.out + ".md").write_text(report(rows, bool(args.pg)))
     print(report(rows, bool(args.pg)))

@@ -40,7 +40,8 @@ class PostgresStore(SQLStore):
         if conn is None or conn.closed:
             psycopg = _psycopg()
             try:
-                conn = psycopg.connect(self.url, connect_timeout=int(self._timeout))
+                # autocommit: a read is one round trip; writes open their own transaction
+                conn = psycopg.connect(self.url, connect_timeout=int(self._timeout), autocommit=True)
             except psycopg.Error as exc:
                 raise BackendError(f"cannot connect to PostgreSQL ({_redact(self.url)}): {exc}") from exc
             self._local.conn = conn
@@ -74,7 +75,7 @@ class PostgresStore(SQLStore):
         psycopg = _psycopg()
         conn = self._conn()
         try:
-            with conn.transaction(), conn.cursor() as cur:
+            with conn.cursor() as cur:
                 yield cur
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL ({_redact(self.url)}): {exc}") from exc

@@ -35,6 +35,9 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint, never corrupt
             conn.execute("PRAGMA foreign_keys=ON")
+            # a million-message file is GBs: keep hot index pages in memory between requests
+            conn.execute("PRAGMA cache_size=-32000")
+            conn.execute("PRAGMA mmap_size=268435456")
             self._local.conn = conn
         return conn
 

@@ -40,6 +40,7 @@ from .search import embed_query
 log = logging.getLogger("semhist.history")
 
 CANDIDATE_HITS = 32  # nearest messages whose blocks enter the view of a long thread
+CANDIDATE_BLOCKS = 16  # at most this many of their blocks (a budget holds far fewer)
 RECENT_VIEW = 40  # latest messages always in the view
 RETENTION_CHECK_S = 60.0
 
@@ -240,7 +241,9 @@ class History:
         tv = self.vectors(thread_id, state)
         _, hits = tv.search(query_vector, CANDIDATE_HITS)
         owners = self.store.block_of(thread_id, [int(i) for i in hits])
-        blocks = self.store.blocks(thread_id, sorted({b for b in owners.values() if b is not None and b >= 0}))
+        ranked = list(dict.fromkeys(owners[int(i)] for i in hits if owners.get(int(i)) is not None))
+        chosen = [b for b in ranked if b >= 0][:CANDIDATE_BLOCKS]  # best-ranked first
+        blocks = self.store.blocks(thread_id, sorted(chosen))
         recent = self.store.messages(thread_id, last=RECENT_VIEW)
         wanted = {i for b in blocks for i in b.message_ids} | {m.id for m in recent}
         wanted |= {m.id for m in self.store.tail(thread_id)}
