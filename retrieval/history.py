@@ -140,6 +140,7 @@ class History:
         whole = ids is None and before is None
         if whole:
             gone = self.store.forget_thread(thread_id)
+            self._verified.discard(thread_id)  # a new thread under this id starts a new manifest
         else:
             gone = self.store.forget_messages(thread_id, ids=ids, before=before)
         if gone or whole:

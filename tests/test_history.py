@@ -139,6 +139,8 @@ def test_forget_removes_text_vectors_cache_and_files(make_history, ramen):
     with pytest.raises(InputError):
         h.ask("a", RAMEN_REQUEST)
     assert h.store.count("b") == len(ramen.messages)  # other threads untouched
+    h.add("a", "user", "a new start")  # the id can be used again, as a new thread
+    assert h.store.manifest("a")["embedder"] == h.engine.embedder.id and h.store.count("a") == 1
 
 
 def test_forget_messages_and_before_a_date(make_history, ramen):
