@@ -133,9 +133,10 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     if not turns:
         print(f"{args.thread}: no asks logged yet")
     for t in turns:
-        kw = ", ".join(t.get("keyword") or []) or "-"
-        print(f"{t['at']}  {t['strategy']}  tokens {t['prompt_tokens']}/{t['full_tokens']}  "
-              f"keyword [{kw}] ({t['extractor']}: {t['extractor_reason']})  {t['timings_ms']['total_ms']} ms")
+        searched = (f"keyword [{', '.join(t['keyword'])}] ({t['extractor']}: {t['extractor_reason']})"
+                    if t.get("keyword") is not None else "no search")
+        print(f"{t['at']}  {t['strategy']}  tokens {t['prompt_tokens']}/{t['full_tokens']}  {searched}  "
+              f"{t['timings_ms']['total_ms']} ms")
         print(f"  request: {t['request']}")
         for b in t["retrieved"]:
             print(f"  retrieved messages {b['block_messages'][0]}-{b['block_messages'][1]}  score {b['score']}")
@@ -177,7 +178,7 @@ def register(sub, settings_args: Callable, run: Callable) -> None:
     p = sub.add_parser("add", help="append one message to a stored thread")
     p.add_argument("text")
     p.add_argument("--thread", required=True)
-    p.add_argument("--role", default="user", choices=["user", "assistant", "system", "tool"])
+    p.add_argument("--role", default="user", choices=["user", "assistant", "system"])
     p.add_argument("--name")
     p.add_argument("--time", help="ISO timestamp (default: now)")
     store_args(p)

@@ -81,7 +81,7 @@ class Engine:
         prompt would pass `summary_trigger` of its budget; LLM failures keep what exists."""
         s = self.settings
         if self.llm is None:
-            raise ConfigError(f"{' and '.join(sorted(needs))} need an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY "
+            raise ConfigError(f"{' and '.join(sorted(needs))} need{'s' if len(needs) == 1 else ''} an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY "
                               "(or AZURE_OPENAI_*) and SEMHIST_LLM_MODEL, or run semhist llm-server")
         store, result = self.memory_store, MemoryResult()
         units = turn_units(thread.messages)

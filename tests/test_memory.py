@@ -43,7 +43,7 @@ def test_newer_statement_supersedes_older_but_both_are_kept(tmp_path):
 
 def test_memory_strategies_without_an_llm_are_a_clear_error(engine, ramen):
     from indexers.errors import ConfigError
-    with pytest.raises(ConfigError, match="need an LLM"):
+    with pytest.raises(ConfigError, match="summary needs an LLM"):
         engine.ask(ramen, "ラーメンの話をまとめて", strategy="summary")
 
 
