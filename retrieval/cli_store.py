@@ -147,9 +147,12 @@ def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
     history = _history(settings)
     if not history.store.has_thread(args.thread):
         raise InputError(f"no stored thread {args.thread!r}; see semhist threads")
-    days = None if args.days in ("off", "none") else float(args.days)
-    if days is not None and days <= 0:
-        raise InputError("--days must be > 0 (or off)")
+    try:
+        days = None if args.days.lower() in ("off", "none") else float(args.days)
+    except ValueError:
+        days = -1.0
+    if days is not None and not days > 0:
+        raise InputError(f"--days must be a number of days > 0, or off; got {args.days!r}")
     removed = history.set_retention(args.thread, days)
     print(f"{args.thread}: retention {'off' if days is None else f'{days:g} days'}; {removed} messages forgotten now")
     return 0

@@ -79,3 +79,5 @@ def test_retention_command(run):
     out = run("retention", "--thread", "r", "--days", "30").stdout
     assert "retention 30 days; 1 messages forgotten now" in out
     assert json.loads(run("threads", "--json").stdout)[0]["retention_days"] == 30
+    bad = run("retention", "--thread", "r", "--days", "a month", check=False)
+    assert bad.returncode == 2 and "--days must be" in bad.stderr
