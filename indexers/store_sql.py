@@ -328,12 +328,6 @@ class SQLStore:
             row = cur.fetchone()
             return int(row[0]) if row else 0
 
-    def embedders(self, thread_id: str) -> set[str]:
-        with self._read() as cur:
-            cur.execute(self._sql("SELECT DISTINCT embedder FROM messages WHERE thread_id = ? AND embedder IS NOT NULL"),
-                        (check_thread_id(thread_id),))
-            return {r[0] for r in cur.fetchall()}
-
     def blocks(self, thread_id: str, block_nos: Sequence[int] | None = None) -> list[StoredBlock]:
         """Closed blocks (all, or the given numbers) with their member message ids in order."""
         check_thread_id(thread_id)
