@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -125,6 +125,4 @@ class Ingestor:
 
 
 def cutoff(days: float, now: datetime) -> datetime:
-    from datetime import timedelta
-
     return now - timedelta(days=days)

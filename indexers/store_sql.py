@@ -141,10 +141,12 @@ class SQLStore:
                     (check_thread_id(thread_id), _now_iso()))
 
     def threads(self) -> list[ThreadInfo]:
+        # counters and index look-ups, not a scan: a thread may hold millions of messages
+        first_last = ("(SELECT ts FROM messages m WHERE m.thread_id = t.thread_id AND ts IS NOT NULL "
+                      "ORDER BY sort_ts {0}, id {0} LIMIT 1)")
         with self._read() as cur:
-            cur.execute("SELECT t.thread_id, COUNT(m.id), MIN(m.ts), MAX(m.ts), t.retention_days FROM threads t "
-                        "LEFT JOIN messages m ON m.thread_id = t.thread_id GROUP BY t.thread_id, t.retention_days "
-                        "ORDER BY t.thread_id")
+            cur.execute(f"SELECT t.thread_id, t.n_messages, {first_last.format('ASC')}, {first_last.format('DESC')}, "
+                        "t.retention_days FROM threads t ORDER BY t.thread_id")
             return [ThreadInfo(r[0], int(r[1]), _stamp(r[2], None), _stamp(r[3], None), r[4]) for r in cur.fetchall()]
 
     def has_thread(self, thread_id: str) -> bool:
@@ -202,7 +204,7 @@ class SQLStore:
                              np.asarray(m.vector, dtype=np.float32).tobytes() if m.vector is not None else None))
             ids = self._insert(cur, rows)
             if ids:
-                with_vectors = sum(1 for m, r in zip(messages, rows) if r[-1] is not None)
+                with_vectors = sum(1 for r in rows if r[-1] is not None)
                 self._bump(cur, thread_id, len(ids), with_vectors if len(ids) == len(rows) else None)
             if segment is not None and ids:
                 tail = self._tail(cur, thread_id)
@@ -221,10 +223,10 @@ class SQLStore:
                 ids.append(int(got[0]))
         return ids
 
-    def tail(self, thread_id: str) -> list[StoredMessage]:
-        """The open tail: messages not yet in a closed block, with their vectors."""
+    def tail(self, thread_id: str, with_vectors: bool = True) -> list[StoredMessage]:
+        """The open tail: messages not yet in a closed block."""
         with self._read() as cur:
-            return self._tail(cur, check_thread_id(thread_id))
+            return self._tail(cur, check_thread_id(thread_id), with_vectors)
 
     def _bump(self, cur, thread_id: str, messages: int, vectors: int | None) -> None:
         if vectors is None:  # some rows were duplicates: count what is there
@@ -235,10 +237,11 @@ class SQLStore:
             cur.execute(self._sql("UPDATE threads SET n_messages = n_messages + ?, n_vectors = n_vectors + ? "
                                   "WHERE thread_id = ?"), (messages, vectors, thread_id))
 
-    def _tail(self, cur, thread_id: str) -> list[StoredMessage]:
-        cur.execute(self._sql(f"SELECT {_COLUMNS}, vector FROM messages WHERE thread_id = ? AND block_no IS NULL "
+    def _tail(self, cur, thread_id: str, with_vectors: bool = True) -> list[StoredMessage]:
+        cols = _COLUMNS + (", vector" if with_vectors else "")
+        cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE thread_id = ? AND block_no IS NULL "
                               "ORDER BY sort_ts, id"), (thread_id,))
-        return [_row(r, with_vector=True) for r in cur.fetchall()]
+        return [_row(r, with_vectors) for r in cur.fetchall()]
 
     def _close_blocks(self, cur, thread_id: str, tail: list[StoredMessage], closed: list[ClosedBlock]) -> None:
         if not closed:

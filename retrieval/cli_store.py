@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 from indexers.errors import InputError
 from indexers.settings import Budget, Settings
+from indexers.store import check_thread_id
 
 from . import render
 
@@ -43,7 +44,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         print(f"semhist: skipped {problem}", file=sys.stderr)
     thread = loaded.only(args.source_thread)
     history = _history(settings)
-    thread_id = args.thread or thread.id
+    thread_id = check_thread_id(args.thread or thread.id)  # before the progress bar starts
     with tqdm(total=len(thread.messages), desc=f"ingesting {thread_id}", unit="msg", file=sys.stderr,
               disable=args.quiet) as bar:
         result = history.ingest(thread_id, thread, progress=bar.update)

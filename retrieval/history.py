@@ -88,7 +88,7 @@ class History:
     # -- writes --------------------------------------------------------------------------
     def ingest(self, thread_id: str, thread: Thread, progress: Callable[[int], None] | None = None) -> IngestResult:
         """Store a whole history; messages already stored from the same input are skipped."""
-        self._check_embedder(thread_id)
+        self._check_embedder(thread_id, create=True)
         keys = [source_key(i, m) for i, m in enumerate(thread.messages)]
         result = self.ingestor.append(thread_id, thread.messages, keys, progress)
         self._after_write(thread_id)
@@ -101,22 +101,29 @@ class History:
         raw = {"role": role, "content": content, "timestamp": (timestamp or datetime.now(timezone.utc)).isoformat()}
         if name:
             raw["name"] = name
+        if not content.strip():
+            raise InputError("the message text is empty")
         msg = loads(json.dumps([raw], ensure_ascii=False)).threads[0].messages[0]  # same validation as files
-        self._check_embedder(thread_id)
+        self._check_embedder(thread_id, create=True)
         ids = self.ingestor.append(thread_id, [msg]).ids
         self._after_write(thread_id)
         return ids[0]
 
-    def _check_embedder(self, thread_id: str) -> None:
+    def _manifest(self) -> dict[str, Any]:
+        """What a thread's vectors mean, as recorded in the store."""
+        return {"embedder": self.engine.embedder.id, "dim": self.engine.embedder.dim, "format": FORMAT_VERSION}
+
+    def _check_embedder(self, thread_id: str, create: bool = False) -> None:
+        """Refuse a thread stored with another embedder; a write to a new thread records ours."""
         if thread_id in self._verified:
             return
         manifest = self.store.manifest(thread_id) if self.store.has_thread(thread_id) else None
-        wanted = {"embedder": self.engine.embedder.id, "dim": self.engine.embedder.dim}
-        if manifest is None:
-            self.store.put_manifest(thread_id, {**wanted, "format": FORMAT_VERSION})
-        elif manifest.get("embedder") != wanted["embedder"]:
+        if manifest is None and create:
+            manifest = self._manifest()
+            self.store.put_manifest(thread_id, manifest)
+        if (manifest or {}).get("embedder") not in (None, self.engine.embedder.id):
             raise IndexMismatchError(
-                f"thread {thread_id} was indexed with {manifest.get('embedder')!r}, not {wanted['embedder']!r}; "
+                f"thread {thread_id} was indexed with {manifest['embedder']!r}, not {self.engine.embedder.id!r}; "
                 f"run: semhist reindex --thread {thread_id} --embedder {self.settings.embedder}")
         self._verified.add(thread_id)
 
@@ -180,8 +187,7 @@ class History:
     def reindex(self, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
         """Embed the thread again with the current embedder and rebuild its index."""
         n = self.ingestor.reembed(thread_id, progress)
-        self.store.put_manifest(thread_id, {"embedder": self.engine.embedder.id, "dim": self.engine.embedder.dim,
-                                            "format": FORMAT_VERSION})
+        self.store.put_manifest(thread_id, self._manifest())
         self._vectors.pop(thread_id, None)
         self._thread_vectors(thread_id).rebuild("reindex asked for")
         return n
@@ -213,14 +219,7 @@ class History:
         if state == (0, 0) and not self.store.has_thread(thread_id):
             self._verified.discard(thread_id)
             raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
-        if thread_id not in self._verified:
-            manifest = self.store.manifest(thread_id) or {}
-            if manifest.get("embedder") not in (None, self.engine.embedder.id):
-                raise IndexMismatchError(
-                    f"thread {thread_id} was indexed with {manifest.get('embedder')!r}, not "
-                    f"{self.engine.embedder.id!r}; run: semhist reindex --thread {thread_id} "
-                    f"--embedder {self.settings.embedder}")
-            self._verified.add(thread_id)
+        self._check_embedder(thread_id)
         return state
 
     def search(self, thread_id: str, vector: np.ndarray, k: int = 10) -> list[tuple[StoredMessage, float]]:
@@ -247,7 +246,7 @@ class History:
         blocks = self.store.blocks(thread_id, sorted(chosen))
         recent = self.store.messages(thread_id, last=RECENT_VIEW)
         wanted = {i for b in blocks for i in b.message_ids} | {m.id for m in recent}
-        wanted |= {m.id for m in self.store.tail(thread_id)}
+        wanted |= {m.id for m in self.store.tail(thread_id, with_vectors=False)}
         # vectors come from the FAISS index in memory, not as 2 KB blobs over the wire
         stored = self.store.messages(thread_id, ids=sorted(wanted))
         return self._build_view(thread_id, tv.attach(stored), blocks, whole=False)
@@ -269,8 +268,7 @@ class History:
                        for k, (ids, tokens, parts) in enumerate(groups))
         ordered = tuple(p for b in blocks for p in b.message_ids)
         vectors = _stack([stored[p] for p in ordered], self.engine.embedder.dim)
-        manifest = {"format": FORMAT_VERSION, "embedder": self.engine.embedder.id, "dim": self.engine.embedder.dim,
-                    "thread_id": thread_id, "thread_fingerprint": thread_fingerprint(thread)}
+        manifest = {**self._manifest(), "thread_id": thread_id, "thread_fingerprint": thread_fingerprint(thread)}
         index = HistoryIndex(manifest, blocks, ordered, VectorIndex(vectors),
                              tuple(stored[p].terms for p in ordered))
         return View(thread, index, whole, tuple(m.id for m in stored))
