@@ -25,7 +25,8 @@ DATA = ROOT.parent / "shared" / "data"
 def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
     from indexers.loader import load
     from indexers.settings import Budget, Settings
-    from retrieval.history import History
+    from retrieval import History
+    from retrieval.pipeline.assemble import fixed_cost
 
     threads = load(dataset).threads[:limit] if limit else load(dataset).threads
     out = {}
@@ -39,12 +40,13 @@ def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
             for thread in threads:
                 history.ingest(thread.id, thread)
                 ids = [m.id for m in history.store.messages(thread.id)]
-                budget = Budget(float(int(0.10 * history.engine.full_tokens(thread, "x"))), False)
+                full = fixed_cost(thread, "x", None) + history.store.marker(thread.id).tokens
+                budget = Budget(float(int(0.10 * full)), False)
                 for q in thread.queries:
                     if not q.has_evidence:
                         continue
                     result = history.ask(thread.id, q.text, budget=budget, log_turn=False)
-                    view = history.last_view.thread
+                    view = result.thread
                     kept = {view.messages[p].index for p in result.included}
                     wanted = {ids[i] for i in q.relevant}
                     recall.append(len(wanted & kept) / len(wanted))

@@ -55,11 +55,9 @@ class ReadyVectors:
 
 def corpus(n: int, cache_dir: Path):
     """n messages (repeated LoCoMo) with noisy real vectors, and LoCoMo's questions."""
-    from indexers.build import embedding_text
-    from indexers.embed import CachedEmbedder, get_embedder
-    from indexers.cache import EmbeddingCache
+    from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
     from indexers.loader import load
-    from indexers.model import Message
+    from indexers.model import Message, embedding_text
 
     threads = load(DATA).threads
     base = [m for t in threads for m in t.messages if m.role != "system"]
@@ -92,7 +90,7 @@ def _pct(values, q):
 def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
     from indexers.model import Thread
     from indexers.settings import Settings
-    from retrieval.history import History
+    from retrieval import History
 
     messages, vectors, questions = corpus(n, cache_dir)
     settings = Settings.load(env={}, db=url, data_dir=workdir / "data", cache_dir=cache_dir, batch_size=1000)
@@ -100,14 +98,15 @@ def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
     history.store.migrate()
     baseline = _disk(history, url, workdir)
     real_embedder = history.ingestor.embedder
-    history.ingestor.embedder = ReadyVectors(vectors, real_embedder.dim, history.engine.embedder.id)
+    history.ingestor.embedder = ReadyVectors(vectors, real_embedder.dim, history.embedder.id)
     t0 = time.perf_counter()
     history.ingest("big", Thread("big", tuple(messages)))
     ingest_s = time.perf_counter() - t0
     history.ingestor.embedder = real_embedder
 
     t0 = time.perf_counter()
-    tv = history.vectors("big")  # first open: builds the FAISS file from the store
+    tv = history.vectors("big")  # first open: builds the FAISS index from the store (in the background)
+    tv.wait()
     index_s = time.perf_counter() - t0
     recall = _recall(history, tv, vectors)
     last = messages[-1].timestamp
@@ -130,7 +129,7 @@ def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
         t1 = time.perf_counter()
         history.ask("big", q, log_turn=False)
         query_ms.append((time.perf_counter() - t1) * 1000)
-        vec = history.engine.embedder.embed([q], "query")[0]
+        vec = history.embedder.embed([q], "query")[0]
         t1 = time.perf_counter()
         history.search("big", vec, k=10)
         search_ms.append((time.perf_counter() - t1) * 1000)

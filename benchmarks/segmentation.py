@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexers.build import embedding_text
+from indexers.model import embedding_text
 from indexers.loader import load
 from indexers.segment import TimeGapSegmenter, TopicSegmenter
 from indexers.settings import Settings

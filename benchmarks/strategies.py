@@ -18,7 +18,7 @@ from indexers.loader import load
 from indexers.settings import Budget, Settings
 from retrieval import STRATEGIES, Engine
 from retrieval.evaluate import evaluate
-from retrieval.strategies import NEEDS_LLM
+from retrieval import NEEDS_LLM
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks"

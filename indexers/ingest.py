@@ -1,27 +1,26 @@
 """Build time against the store: mask, tokenize, embed and append messages; close blocks.
 
 An append costs one embedding plus O(1) work: the store hands back only the open tail
-(the block still growing), the segmenter closes what it can there, and closed blocks are
-never read, re-segmented or re-embedded again.
+(the block still growing), the segmenter closes what it can there with the thread's drift
+history, and closed blocks are never read, re-segmented or re-embedded again.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
 
-from .build import embedding_text, message_text
-from .embed import PASSAGE, Embedder
-from .errors import BackendError
+from .embed import PASSAGE, Embedder, embed_or_fail
 from .lexical import tokenize
-from .model import Message
+from .model import Message, embedding_text, message_text
 from .pii import Masker
-from .segment import Segmenter
-from .store import ClosedBlock, NewMessage, SQLStore, StoredMessage
+from .segment import Segmenter, drift_history
+from .store import AppendResult, ClosedBlock, NewMessage, SQLStore, StoredMessage
+from .tokens import count_message
 
 
 @dataclass(frozen=True)
@@ -29,6 +28,7 @@ class IngestResult:
     added: int
     skipped: int  # already stored (same source key)
     ids: tuple[int, ...] = ()
+    writes: tuple[AppendResult, ...] = field(default=(), repr=False)
 
 
 def source_key(position: int, msg: Message) -> str:
@@ -38,27 +38,27 @@ def source_key(position: int, msg: Message) -> str:
     return hashlib.sha256(f"{position}\x00{msg.role}\x00{msg.name or ''}\x00{stamp}\x00{msg.content}".encode()).hexdigest()
 
 
-def as_message(stored: StoredMessage, index: int | None = None) -> Message:
-    """A stored message in the pipeline's form; `index` defaults to the store id."""
-    return Message(stored.id if index is None else index, stored.role, stored.content, stored.timestamp,
-                   stored.name, stored.tool_calls, stored.tool_call_id)
+def _message(stored: StoredMessage, index: int) -> Message:
+    return Message(index, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
+                   stored.tool_call_id)
 
 
 class Ingestor:
-    def __init__(self, store: SQLStore, embedder: Embedder, embedder_id: str, segmenter: Segmenter,
+    def __init__(self, store: SQLStore, embedder: Embedder, segmenter: Segmenter,
                  masker: Masker | None = None, batch_size: int = 256):
         self.store = store
         self.embedder = embedder
-        self.embedder_id = embedder_id
         self.segmenter = segmenter
         self.masker = masker
         self.batch_size = batch_size
 
-    def segment_tail(self, tail: list[StoredMessage]) -> list[ClosedBlock]:
-        """Segment the open tail; every block but the last is closed for good."""
+    def segment_tail(self, tail: list[StoredMessage], history: tuple[float, ...]
+                     ) -> tuple[list[ClosedBlock], tuple[float, ...]]:
+        """Segment the open tail; every block but the last is closed for good, and the drift
+        history moves past them."""
         if not tail:
-            return []
-        msgs = [as_message(m, i) for i, m in enumerate(tail)]
+            return [], history
+        msgs = [_message(m, i) for i, m in enumerate(tail)]
         dim = next((len(m.vector) for m in tail if m.vector is not None), 0)
         vectors = None
         if dim:
@@ -66,25 +66,22 @@ class Ingestor:
             for i, m in enumerate(tail):
                 if m.vector is not None:
                     vectors[i] = m.vector
-        blocks = self.segmenter.segment(msgs, vectors)
-        return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts) for b in blocks[:-1]]
+        blocks = self.segmenter.segment(msgs, vectors, history)[:-1]
+        history = drift_history(history, vectors, [b.message_ids for b in blocks], self.segmenter.drift_window)
+        return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts) for b in blocks], history
 
     def prepare(self, messages: Sequence[Message], keys: Sequence[str | None]) -> list[NewMessage]:
         """Masked, tokenized and embedded, ready to store. System messages are not embedded:
         they are never retrieved (they stay in every prompt)."""
         masked = [self._mask(m) for m in messages]
         searchable = [i for i, m in enumerate(masked) if m.role != "system"]
-        vectors = self._embed([embedding_text(masked[i]) for i in searchable]) if searchable else []
+        vectors = embed_or_fail(self.embedder, [embedding_text(masked[i]) for i in searchable], PASSAGE) \
+            if searchable else []
         by_pos = dict(zip(searchable, vectors))
         return [NewMessage(m.role, m.content, m.timestamp, m.name, m.tool_calls, m.tool_call_id, key,
-                           tuple(tokenize(message_text(m))) if m.role != "system" else (), by_pos.get(i))
+                           tuple(tokenize(message_text(m))) if m.role != "system" else (), by_pos.get(i),
+                           count_message(m.to_openai()))
                 for i, (m, key) in enumerate(zip(masked, keys))]
-
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        try:
-            return self.embedder.embed(texts, PASSAGE)
-        except Exception as exc:
-            raise BackendError(f"embedder {self.embedder_id} failed: {exc}") from exc
 
     def _mask(self, msg: Message) -> Message:
         if self.masker is None:
@@ -97,30 +94,32 @@ class Ingestor:
         """Store messages in batches (each batch is one transaction: a crash loses at most the
         batch in flight, and running again completes the rest)."""
         keys = list(keys) if keys is not None else [None] * len(messages)
-        added, ids = 0, []
+        ids: list[int] = []
+        writes: list[AppendResult] = []
         for start in range(0, len(messages), self.batch_size):
             batch, batch_keys = messages[start:start + self.batch_size], keys[start:start + self.batch_size]
             known = self.store.existing_keys(thread_id, [k for k in batch_keys if k])
             todo = [(m, k) for m, k in zip(batch, batch_keys) if not k or k not in known]
             if todo:
                 rows = self.prepare([m for m, _ in todo], [k for _, k in todo])
-                new = self.store.append(thread_id, rows, self.embedder_id, self.segment_tail)
-                ids.extend(new)
-                added += len(new)
+                write = self.store.append(thread_id, rows, self.embedder.id, self.segment_tail)
+                writes.append(write)
+                ids.extend(write.ids)
             if progress:
                 progress(len(batch))
-        return IngestResult(added, len(messages) - added, tuple(ids))
+        return IngestResult(len(ids), len(messages) - len(ids), tuple(ids), tuple(writes))
 
     def reembed(self, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
-        """Embed every stored message again with this ingestor's embedder (after a model change)."""
+        """Embed every stored message again with this ingestor's embedder (after a model
+        change), then segment the thread again with the new vectors."""
         stored = [m for m in self.store.messages(thread_id) if m.role != "system"]
         for start in range(0, len(stored), self.batch_size):
             batch = stored[start:start + self.batch_size]
-            vectors = self._embed([embedding_text(as_message(m)) for m in batch])
-            self.store.set_vectors(thread_id, [(m.id, v) for m, v in zip(batch, vectors)], self.embedder_id)
+            vectors = embed_or_fail(self.embedder, [embedding_text(_message(m, 0)) for m in batch], PASSAGE)
+            self.store.set_vectors(thread_id, [(m.id, v) for m, v in zip(batch, vectors)], self.embedder.id)
             if progress:
                 progress(len(batch))
-        self.store.resegment(thread_id, self.segment_tail)  # cuts follow the drift of the new vectors
+        self.store.resegment(thread_id, self.segment_tail)
         return len(stored)
 
 

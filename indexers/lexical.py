@@ -76,38 +76,79 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25:
-    """Okapi BM25 over pre-tokenized documents (k1=1.2, b=0.75)."""
+    """Okapi BM25 (k1=1.2, b=0.75) over documents added one at a time.
 
-    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75):
-        self.n = len(docs)
-        lengths = np.array([len(d) for d in docs], dtype=np.float32)
-        avg = float(lengths.mean()) if self.n and lengths.mean() > 0 else 1.0
-        self._k1, self._b, self._avg, self._lengths = k1, b, avg, lengths
-        self._postings: dict[str, list[tuple[int, int]]] = {}
-        for i, doc in enumerate(docs):
-            for term, tf in Counter(doc).items():
-                self._postings.setdefault(term, []).append((i, tf))
-        # weights are computed for the terms a query asks for, when it asks: a query has a
-        # handful of terms, a thread view thousands (built per request for long threads)
-        self._terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    The newest documents can be taken back (`truncate`): a thread's open blocks change as
+    messages arrive, while everything before them only ever grows. Weights are computed for
+    the terms a query asks for, when it asks: a query has a handful of terms, a thread
+    thousands.
+    """
 
-    def _weights(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        if term not in self._terms:
-            plist = self._postings.get(term)
-            if plist is None:
-                return None
-            ids = np.fromiter((i for i, _ in plist), dtype=np.int64, count=len(plist))
-            tf = np.fromiter((t for _, t in plist), dtype=np.float32, count=len(plist))
-            idf = math.log(1 + (self.n - len(plist) + 0.5) / (len(plist) + 0.5))
-            k1, b = self._k1, self._b
-            weight = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self._lengths[ids] / self._avg))
-            self._terms[term] = (ids, weight.astype(np.float32))
-        return self._terms[term]
+    def __init__(self, docs: Iterable[Sequence[str]] = (), k1: float = 1.2, b: float = 0.75,
+                 keep_terms: bool = True):
+        self._k1, self._b = k1, b
+        self._keep_terms = keep_terms  # needed to take documents back; append-only indexes skip it
+        self._lengths = np.zeros(64, dtype=np.float32)
+        self.n = 0
+        self._total = 0.0
+        self._entries = 0  # postings held, for `nbytes`
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
+        self._doc_terms: list[tuple[str, ...]] = []  # distinct terms of each document
+        for doc in docs:
+            self.add(doc)
+
+    def add(self, doc: Sequence[str]) -> int:
+        """Add a document; returns its number."""
+        i = self.n
+        if i == len(self._lengths):
+            self._lengths = np.concatenate([self._lengths, np.zeros(len(self._lengths), dtype=np.float32)])
+        self._lengths[i] = len(doc)
+        self._total += len(doc)
+        counts = Counter(doc)
+        self._entries += len(counts)
+        for term, tf in counts.items():
+            docs, tfs = self._postings.setdefault(term, ([], []))
+            docs.append(i)
+            tfs.append(tf)
+        if self._keep_terms:
+            self._doc_terms.append(tuple(counts))
+        self.n += 1
+        return i
+
+    def truncate(self, n: int) -> None:
+        """Drop every document from number `n` on."""
+        if self.n > n and not self._keep_terms:
+            raise ValueError("this BM25 index keeps no document terms: it cannot truncate")
+        while self.n > n:
+            self.n -= 1
+            self._total -= float(self._lengths[self.n])
+            removed = self._doc_terms.pop()
+            self._entries -= len(removed)
+            for term in removed:
+                docs, tfs = self._postings[term]
+                docs.pop()
+                tfs.pop()
+                if not docs:
+                    del self._postings[term]
 
     def scores(self, query_terms: Iterable[str]) -> np.ndarray:
         out = np.zeros(self.n, dtype=np.float32)
+        if not self.n:
+            return out
+        avg = self._total / self.n if self._total > 0 else 1.0
+        lengths = self._lengths[:self.n]
+        k1, b = self._k1, self._b
         for term in set(query_terms):
-            hit = self._weights(term)
-            if hit is not None:
-                out[hit[0]] += hit[1]
+            hit = self._postings.get(term)
+            if hit is None:
+                continue
+            ids = np.asarray(hit[0], dtype=np.int64)
+            tf = np.asarray(hit[1], dtype=np.float32)
+            idf = math.log(1 + (self.n - len(ids) + 0.5) / (len(ids) + 0.5))
+            out[ids] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[ids] / avg))
         return out
+
+    @property
+    def nbytes(self) -> int:
+        """About what the postings take in memory."""
+        return 120 * self._entries + self._lengths.nbytes

@@ -59,16 +59,19 @@ class Thread:
     language: str | None = None
 
     @cached_property
-    def prefix_digests(self) -> tuple[str, ...]:
-        """digest[i] identifies messages[0..i] as retrieval reads them; computed once per
-        thread object, so indexes and compaction records can check what they were built from."""
+    def system_positions(self) -> tuple[int, ...]:
+        """Where the system messages are (they go first in every prompt)."""
+        return tuple(p for p, m in enumerate(self.messages) if m.role == "system")
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Identifies the messages as retrieval reads them (computed once per thread object)."""
         h = hashlib.sha256()
-        out = []
         for m in self.messages:
             h.update(f"{m.index}\x00{m.role}\x00{m.name or ''}\x00{m.content}\x00"
-                     f"{m.timestamp.isoformat() if m.timestamp else ''}\x01".encode())
-            out.append(h.hexdigest())
-        return tuple(out)
+                     f"{m.timestamp.isoformat() if m.timestamp else ''}\x00{m.tool_call_id or ''}\x00"
+                     f"{m.tool_calls or ''}\x01".encode())
+        return h.hexdigest()
 
     def ground_truth(self, request: str) -> Query | None:
         """The benchmark query whose text is this request, if the file carries one."""
@@ -101,3 +104,18 @@ class Block:
     @property
     def last(self) -> int:
         return self.message_ids[-1]
+
+
+def message_text(msg: Message) -> str:
+    """What a message is searched as: its text (tool calls by their function names)."""
+    if msg.content:
+        return msg.content
+    names = [str(c.get("function", {}).get("name", "")) for c in msg.tool_calls or ()]
+    return " ".join(n for n in names if n)
+
+
+def embedding_text(msg: Message) -> str:
+    """What a message is embedded as. The author's name goes with the text because requests
+    name people ("what did Caroline research?"); measured on LoCoMo it lifts recall."""
+    text = message_text(msg)
+    return f"{msg.name}: {text}" if msg.name else text

@@ -18,15 +18,23 @@ from .tokens import count_message
 
 # Drift values a thread must have shown before its own percentile is trusted for cutting.
 MIN_HISTORY = 8
+# How much of the thread's drift so far the percentile looks at (a store keeps this much).
+HISTORY = 512
 
 
 class Segmenter(Protocol):
     """Splits messages into blocks; `vectors[i]` is the embedding of `messages[i]` (optional).
 
     Block message ids are positions in `messages`; system messages are never in a block.
+    `history` is the drift the thread showed in the blocks before `messages` (see
+    `drift_history`), so that segmenting a thread's open tail decides as segmenting the
+    whole thread would.
     """
 
-    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]: ...
+    drift_window: int
+
+    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None,
+                history: Sequence[float] = ()) -> list[Block]: ...
 
 
 def drift(vectors: np.ndarray, window: int) -> np.ndarray:
@@ -64,24 +72,26 @@ class TimeGapSegmenter:
         self.drift_window = drift_window
         self.percentile = percentile
 
-    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]:
+    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None,
+                history: Sequence[float] = ()) -> list[Block]:
         groups: list[list[int]] = []
         for run in self._time_runs(messages):
             groups.extend(self._split_run(messages, run, vectors))
-        parts = self._parts(groups, vectors) if vectors is not None else None
+        parts = self._parts(groups, vectors, history) if vectors is not None else None
         return _blocks(messages, groups, parts)
 
-    def _parts(self, groups: list[list[int]], vectors: np.ndarray) -> list[tuple[int, ...]]:
+    def _parts(self, groups: list[list[int]], vectors: np.ndarray,
+               history: Sequence[float] = ()) -> list[tuple[int, ...]]:
         """Topic sub-segments inside each block: cuts at drift peaks above the `percentile`
         of the drift seen earlier in the thread (so closed blocks never change). Retrieval
         takes a sub-segment when its whole block does not fit the budget."""
-        seen: list[float] = []
+        seen: list[float] = list(history)
         out = []
         for ids in groups:
             scores = drift(vectors[ids], self.drift_window)
             cuts = [0]
             for k in range(1, len(ids)):
-                recent = seen[-512:]
+                recent = seen[-HISTORY:]
                 threshold = np.percentile(recent, self.percentile) if len(recent) >= MIN_HISTORY else np.inf
                 seen.append(float(scores[k]))
                 peak = scores[k] >= scores[k - 1] and (k + 1 >= len(ids) or scores[k] >= scores[k + 1])
@@ -155,15 +165,18 @@ class TopicSegmenter(TimeGapSegmenter):
         super().__init__(gap_seconds, max_block_tokens, min_block_messages, drift_window, percentile)
         self.history = history
 
-    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None) -> list[Block]:
+    def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None,
+                history: Sequence[float] = ()) -> list[Block]:
         if vectors is None:
             return super().segment(messages, None)
-        seen: list[float] = []  # the thread's drift so far: thresholds adapt to each thread
+        # the thread's drift so far: thresholds adapt to each thread. A stored thread's open
+        # tail starts this over (only the sub-segments' history is kept with the thread).
+        seen: list[float] = []
         groups: list[list[int]] = []
         for run in self._time_runs(messages):
             for topic in self._topic_cuts(messages, run, vectors, seen):
                 groups.extend(self._split_run(messages, topic, vectors))
-        return _blocks(messages, groups, self._parts(groups, vectors))
+        return _blocks(messages, groups, self._parts(groups, vectors, history))
 
     def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: list[float]) -> list[list[int]]:
         scores = drift(vectors[run], self.drift_window)
@@ -181,6 +194,18 @@ class TopicSegmenter(TimeGapSegmenter):
                 start = k
         groups.append(run[start:])
         return groups
+
+
+def drift_history(history: Sequence[float], vectors: np.ndarray | None, groups: Sequence[Sequence[int]],
+                  window: int) -> tuple[float, ...]:
+    """The drift history after `groups` (message positions per block, in order): what the
+    next call to `segment` must be given to continue the thread's sub-segments."""
+    if vectors is None:
+        return tuple(history)
+    seen = list(history)
+    for ids in groups:
+        seen.extend(float(x) for x in drift(vectors[list(ids)], window)[1:])
+    return tuple(seen[-HISTORY:])
 
 
 def _blocks(messages: Sequence[Message], groups: list[list[int]],

@@ -1,6 +1,8 @@
 """One settings object: explicit arguments > SEMHIST_* environment variables > defaults.
 
-Only this module reads the environment; stages receive plain values.
+Only this module reads the environment; stages receive plain values. Each field carries
+its help text and the group of commands that use it, so the CLI derives its flags, their
+help and their defaults from here and cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -8,11 +10,25 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+
+# Option groups: each command shows the groups it uses (retrieval/cli/options.py).
+EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE = (
+    "embedding", "segmentation", "selection", "keyword", "memory", "input", "store", "writing", "serving",
+    "cache")
+
+
+def option(default: Any = MISSING, *, help: str, group: str, flag: str | None = None,
+           choices: tuple[str, ...] | None = None, factory: Any = None) -> Any:
+    """A settings field with what the CLI needs to offer it."""
+    meta = {"help": help, "group": group, "flag": flag, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -73,38 +89,69 @@ def _default_data_dir() -> Path:
 class Settings:
     """Every tunable of the pipeline, resolved once."""
 
-    embedder: str = "use-m3"
-    segmenter: str = "time-gap"
-    gap_seconds: float = 300.0
-    max_block_tokens: int = 1200
-    min_block_messages: int = 3
-    topic_percentile: float = 70.0
-    timezone: str = "UTC"
-    lenient: bool = False
-    top_n: int = 3
-    min_score: float | None = None
-    relative_score: float = 0.5
-    recent: int = 6
-    hit_window: int = 2
-    context_tokens: int = 1500
-    fill_budget: bool = True  # blocks: pack retrieval up to the budget, or stop at top_n groups
-    window: int = 10
-    utterance_k: int = 10
-    history_budget: int = 1000
-    keyword: str = "auto"  # auto | llm | local
-    summary_trigger: float = 0.75
-    blocks_memory: str = "none"  # none | structured | summary
-    alternate: bool = False
-    context_role: str = "system"
-    system_prompt: str | None = None
-    llm_timeout: float = 30.0
-    cache_dir: Path = field(default_factory=_default_cache_dir)
-    data_dir: Path = field(default_factory=_default_data_dir)
-    db: str | None = None  # sqlite:///path or postgresql://...; default: a SQLite file in data_dir
-    pii: str = "off"  # off | on | comma-separated rule names (indexers.pii)
-    view_limit: int = 5_000  # stored threads up to this size are searched whole
-    ann_threshold: int = 50_000  # vectors per thread above which FAISS goes approximate (HNSW)
-    batch_size: int = 256
+    # -- embedding and segmentation (what an index is built with; recorded in its manifest)
+    embedder: str = option("use-m3", group=EMBED, help="use-m3, e5-small, or st:<model name or path>")
+    segmenter: str = option("time-gap", group=SEGMENT, choices=("time-gap", "time+topic"),
+                            help="how messages are grouped into blocks")
+    gap_seconds: float = option(300.0, group=SEGMENT, flag="--gap", help="seconds of silence that start a block")
+    max_block_tokens: int = option(1200, group=SEGMENT, help="a block that would grow past this is cut where "
+                                                             "the topic drifts most")
+    min_block_messages: int = option(3, group=SEGMENT, help="fewest messages on either side of a cut")
+    topic_percentile: float = option(70.0, group=SEGMENT, help="topic cuts where drift peaks above this "
+                                                               "percentile of the thread's own drift")
+    # -- selection
+    top_n: int = option(3, group=SEARCH, help="retrieved groups when no budget is given")
+    min_score: float | None = option(None, group=SEARCH, help="minimum block cosine (0.3 = the worked example)")
+    relative_score: float = option(0.5, group=SEARCH, help="without a budget, leave out topic blocks under this "
+                                                           "share of the best block's cosine")
+    recent: int = option(6, group=SEARCH, help="recent messages kept verbatim")
+    hit_window: int = option(2, group=SEARCH, help="neighbours kept on each side of a fact hit")
+    context_tokens: int = option(1500, group=SEARCH, help="retrieval's share when no budget is given")
+    fill_budget: bool = option(True, group=SEARCH, help="blocks packs retrieval up to the budget "
+                                                        "(else at most --top-n groups)")
+    window: int = option(10, group=SEARCH, help="messages kept by the window strategy")
+    utterance_k: int = option(10, group=SEARCH, help="messages retrieved by the utterances strategy")
+    history_budget: int = option(1000, group=SEARCH, help="token-budget/summary/structured budget when "
+                                                          "none is given")
+    alternate: bool = option(False, group=SEARCH, help="merge same-role turns for APIs that require "
+                                                       "user/assistant alternation")
+    context_role: str = option("system", group=SEARCH, choices=("system", "user"),
+                               help="role of the retrieved-context message")
+    system_prompt: str | None = option(None, group=SEARCH, help="system prompt put first in every prompt")
+    # -- the request
+    keyword: str = option("auto", group=KEYWORD, choices=("auto", "llm", "local"),
+                          help="keyword extractor: the LLM when configured, else local")
+    llm_timeout: float = option(30.0, group=KEYWORD, help="seconds to wait for the LLM")
+    # -- memory (summary, structured)
+    summary_trigger: float = option(0.75, group=MEMORY, help="compact when the prompt passes this share "
+                                                             "of its budget")
+    blocks_memory: str = option("none", group=MEMORY, choices=("none", "structured", "summary"),
+                                help="blocks also carries the user statements (structured) or the summary "
+                                     "and them")
+    compaction_calls: int = option(16, group=MEMORY, help="most LLM calls one ask spends on compaction; a "
+                                                          "backlog is caught up over later asks")
+    compaction_lookback: int = option(0, group=MEMORY, help="when compaction starts on a thread, read at most "
+                                                            "this many older messages (0: all of them)")
+    # -- reading files
+    timezone: str = option("UTC", group=INPUT, help="zone for timestamps without one")
+    lenient: bool = option(False, group=INPUT, help="skip and report bad messages instead of stopping")
+    # -- stored threads
+    db: str | None = option(None, group=STORE, help="sqlite:///path.db or postgresql://user@host/db "
+                                                    "(default: a SQLite file in the data directory)")
+    data_dir: Path = option(group=STORE, factory=_default_data_dir,
+                            help="where the default database and FAISS files live")
+    pii: str = option("off", group=WRITE, help="mask e-mails, phones and card numbers before storing: "
+                                               "on, off, or rule names")
+    view_limit: int = option(5_000, group=SERVE, help="stored threads up to this many messages are "
+                                                      "searched whole")
+    ann_threshold: int = option(50_000, group=SERVE, help="vectors per thread above which FAISS goes "
+                                                          "approximate (HNSW)")
+    batch_size: int = option(256, group=WRITE, help="messages per ingest transaction")
+    cache_threads: int = option(256, group=SERVE, help="threads whose query-time state stays in memory")
+    cache_mb: int = option(1024, group=SERVE, help="megabytes of query-time state kept in memory")
+    # -- caches
+    cache_dir: Path = option(group=CACHE, factory=_default_cache_dir,
+                             help="where embeddings and the local model are cached")
     llm: LLMConfig | None = None
 
     @classmethod
@@ -118,6 +165,9 @@ class Settings:
             raw = env.get(f"SEMHIST_{f.name.upper()}")
             if raw is not None and raw != "":
                 values[f.name] = _parse(f.name, f.type, raw)
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
         values.update({k: v for k, v in overrides.items() if v is not None and k != "llm"})
         for name in ("cache_dir", "data_dir"):
             if name in values:
@@ -129,7 +179,7 @@ class Settings:
     def validated(self) -> Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
-                    "ann_threshold", "batch_size")
+                    "ann_threshold", "batch_size", "cache_threads", "cache_mb")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -137,17 +187,13 @@ class Settings:
             raise ConfigError(f"summary_trigger must be within 0..1, got {self.summary_trigger!r}")
         if not 0 <= self.relative_score <= 1:
             raise ConfigError(f"relative_score must be within 0..1, got {self.relative_score!r}")
-        for name in ("recent", "hit_window"):
+        for name in ("recent", "hit_window", "compaction_calls", "compaction_lookback"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        choices = {
-            "keyword": ("auto", "llm", "local"),
-            "context_role": ("system", "user"),
-            "blocks_memory": ("none", "structured", "summary"),
-        }
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise ConfigError(f"{name} must be one of {', '.join(valid)}; got {getattr(self, name)!r}")
+        for f in fields(self):
+            valid = f.metadata.get("choices")
+            if valid and getattr(self, f.name) not in valid:
+                raise ConfigError(f"{f.name} must be one of {', '.join(valid)}; got {getattr(self, f.name)!r}")
         return self
 
     @property
@@ -157,6 +203,17 @@ class Settings:
     @property
     def index_dir(self) -> Path:
         return self.data_dir / "indexes"
+
+    @property
+    def segment_params(self) -> dict[str, Any]:
+        """What the segmenter is built from; recorded in every thread's manifest."""
+        return {"gap_seconds": self.gap_seconds, "max_block_tokens": self.max_block_tokens,
+                "min_block_messages": self.min_block_messages, "percentile": self.topic_percentile}
+
+
+def settings_fields(groups: set[str] | None = None) -> list[Field]:
+    """The fields offered to users, in declaration order (optionally only some groups)."""
+    return [f for f in fields(Settings) if f.metadata.get("group") and (groups is None or f.metadata["group"] in groups)]
 
 
 def _parse(name: str, annotation: Any, raw: str) -> Any:

@@ -1,6 +1,11 @@
-"""semhist query time: request -> keyword -> search -> select -> assemble -> messages."""
+"""semhist query time: request -> keyword -> search -> select -> assemble -> messages.
 
-from .engine import AskResult, Engine
-from .strategies import STRATEGIES, get_strategy
+`History` serves stored threads (a bot's append -> ask -> append); `Engine` serves history
+files and `Thread` objects through the same machinery.
+"""
 
-__all__ = ["AskResult", "Engine", "STRATEGIES", "get_strategy"]
+from .engine import Engine
+from .history import History
+from .pipeline import NEEDS_LLM, STRATEGIES, AskResult, get_strategy
+
+__all__ = ["AskResult", "Engine", "History", "NEEDS_LLM", "STRATEGIES", "get_strategy"]

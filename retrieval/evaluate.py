@@ -15,7 +15,7 @@ from indexers.model import Thread
 from indexers.settings import Budget
 
 from .engine import Engine
-from .strategies import get_strategy
+from .pipeline import get_strategy
 
 
 @dataclass
@@ -86,7 +86,7 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
             relevant = set(query.relevant)
             for name in strategies:
                 result = engine.ask(thread, query.text, strategy=name, budget=budget, keywords=keywords)
-                kept = {thread.messages[p].index for p in result.included}
+                kept = {result.thread.messages[p].index for p in result.included}
                 t = tallies[name]
                 t.recall.append(len(relevant & kept) / len(relevant))
                 t.complete.append(relevant <= kept)

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from indexers.model import Thread
-
-from .engine import AskResult
+from .pipeline import AskResult
 
 
 def _time(ts) -> str | None:
     return ts.isoformat() if ts else None
 
 
-def ask_dict(thread: Thread, result: AskResult) -> dict[str, Any]:
-    """One `ask` as a JSON-ready object."""
-    kw = result.keywords
+def ask_dict(result: AskResult) -> dict[str, Any]:
+    """One `ask` as a JSON-ready object; message indices are the file's for a history file,
+    store ids for a stored thread."""
+    thread, kw = result.thread, result.keywords
     blocks = []
     for r in sorted(result.prompt.selection.retrieved, key=lambda r: r.rank):
         first, last = thread.messages[r.message_ids[0]], thread.messages[r.message_ids[-1]]
@@ -85,11 +84,11 @@ def ask_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def compare_rows(thread: Thread, results: list[AskResult]) -> list[dict[str, Any]]:
+def compare_rows(results: list[AskResult]) -> list[dict[str, Any]]:
     rows = []
-    truth = thread.ground_truth(results[0].request) if results else None
     for r in results:
-        kept = {thread.messages[p].index for p in r.included}
+        truth = r.thread.ground_truth(r.request)
+        kept = {r.thread.messages[p].index for p in r.included}
         row = {"strategy": r.strategy, "input_tokens": r.prompt.tokens,
                "token_ratio": round(r.prompt.tokens / r.full_tokens, 4),
                "messages_kept": len(kept), "llm_calls": r.llm_calls,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from indexers.loader import load
+from indexers.model import Message
 from indexers.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +69,7 @@ def llm_server(tmp_path_factory):
     registry, and their disappearance must be noticed.
     """
     from indexers.errors import SemhistError
-    from retrieval.llm_server import model_path, wait_until_ready
+    from retrieval.llm.server import model_path, wait_until_ready
 
     model_cache = Settings.load().cache_dir  # the user's cache: the 1.1 GB model is built once
     try:
@@ -97,7 +100,7 @@ def llm_server(tmp_path_factory):
 
 @pytest.fixture
 def llm_env(llm_server) -> dict[str, str]:
-    from retrieval.llm_server import MODEL_NAME
+    from retrieval.llm.server import MODEL_NAME
 
     return {"OPENAI_BASE_URL": llm_server, "OPENAI_API_KEY": "local", "SEMHIST_LLM_MODEL": MODEL_NAME,
             "SEMHIST_LLM_TIMEOUT": "120"}
@@ -173,3 +176,37 @@ def store(request, tmp_path):
         s = open_store(url)
     yield s
     s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def make_history(request, tmp_path, cache_dir):
+    """History factory on one backend; every History made shares the database and files."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        drop_all(url)
+    made = []
+
+    def make(**overrides):
+        from retrieval import History
+
+        settings = Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data", db=url, **overrides)
+        h = History(settings)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def chat(n: int, start: datetime, seed: int = 0) -> list[Message]:
+    rng = random.Random(seed)
+    topics = ["ramen in Sapporo", "the deploy on Friday", "budget for Q3", "the team offsite", "a flaky test"]
+    out, t = [], start
+    for i in range(n):
+        t += timedelta(seconds=rng.choice([20, 40, 90, 900]))  # some pauses start new blocks
+        out.append(Message(i, "user" if i % 2 == 0 else "assistant",
+                           f"{rng.choice(topics)}: note {i} " + " ".join(rng.choices(["and", "so", "then", "ok"], k=6)), t))
+    return out

@@ -67,7 +67,7 @@ def test_index_then_ask_with_it_and_refuse_another_model(cache_dir, tmp_path):
     assert json.loads(ok.stdout)["evidence_kept"]["kept"] == 24
     bad = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--index", str(tmp_path / "idx"),
                   "--embedder", "e5-small", cache_dir=cache_dir, check=False)
-    assert bad.returncode == 3 and "built with embedder" in bad.stderr
+    assert bad.returncode == 3 and "built with embedder 'use-m3" in bad.stderr and "--embedder use-m3" in bad.stderr
 
 
 @pytest.mark.parametrize("content,expect", [

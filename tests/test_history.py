@@ -9,36 +9,12 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from indexers.cache import cache_key
+from indexers.embed import cache_key
 from indexers.embed import PASSAGE
 from indexers.errors import IndexMismatchError, InputError
 from indexers.model import Message, Thread
 from indexers.segment import TimeGapSegmenter
-from indexers.settings import Settings
-from retrieval.history import History
-
-from .conftest import RAMEN_REQUEST, RAMEN_TURNS, drop_all
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def make_history(request, tmp_path, cache_dir):
-    """History factory on one backend; every History made shares the database and files."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-        drop_all(url)
-    made = []
-
-    def make(**overrides) -> History:
-        settings = Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data", db=url, **overrides)
-        h = History(settings)
-        made.append(h)
-        return h
-
-    yield make
-    for h in made:
-        h.close()
+from .conftest import RAMEN_REQUEST, RAMEN_TURNS, chat as _chat
 
 
 def test_ingest_then_ask_keeps_every_ramen_turn_and_logs_it(make_history, ramen):
@@ -47,7 +23,7 @@ def test_ingest_then_ask_keeps_every_ramen_turn_and_logs_it(make_history, ramen)
     again = h.ingest("team-1", ramen)
     assert (again.added, again.skipped) == (0, len(ramen.messages))  # idempotent
     result = h.ask("team-1", RAMEN_REQUEST)
-    kept = {h.last_view.thread.messages[p].index for p in result.included}
+    kept = {result.thread.messages[p].index for p in result.included}
     stored_ids = [m.id for m in h.store.messages("team-1")]
     assert {stored_ids[i] for i in RAMEN_TURNS} <= kept
     (turn,) = h.log("team-1")
@@ -63,17 +39,6 @@ class CountingEmbedder:
     def embed(self, texts, kind=PASSAGE):
         self.texts += len(texts)
         return self.inner.embed(texts, kind)
-
-
-def _chat(n: int, start: datetime, seed: int = 0) -> list[Message]:
-    rng = random.Random(seed)
-    topics = ["ramen in Sapporo", "the deploy on Friday", "budget for Q3", "the team offsite", "a flaky test"]
-    out, t = [], start
-    for i in range(n):
-        t += timedelta(seconds=rng.choice([20, 40, 90, 900]))  # some pauses start new blocks
-        out.append(Message(i, "user" if i % 2 == 0 else "assistant",
-                           f"{rng.choice(topics)}: note {i} " + " ".join(rng.choices(["and", "so", "then", "ok"], k=6)), t))
-    return out
 
 
 def test_append_costs_one_embedding_and_never_touches_closed_blocks(make_history):
@@ -99,8 +64,10 @@ def test_incremental_blocks_equal_segmenting_the_whole_thread(make_history):
     stored = h.store.messages("t", with_vectors=True)
     vectors = np.vstack([m.vector for m in stored])
     whole = TimeGapSegmenter().segment(msgs, vectors)
-    got = [tuple(stored.index(next(s for s in stored if s.id == i)) for i in b.message_ids) for b in h.store.blocks("t")]
-    assert got == [b.message_ids for b in whole[:-1]]
+    position = {m.id: p for p, m in enumerate(stored)}
+    got = [(tuple(position[i] for i in b.message_ids), b.parts) for b in h.store.blocks("t")]
+    assert got == [(b.message_ids, b.parts) for b in whole[:-1]]  # sub-segments too: the drift history is kept
+    assert any(len(b.parts) > 1 for b in whole[:-1])
 
 
 def test_no_query_ever_returns_another_threads_text(make_history):
@@ -116,7 +83,7 @@ def test_no_query_ever_returns_another_threads_text(make_history):
     for _ in range(40):
         t = rng.choice(threads)
         request = f"what did we say about the {rng.choice(words)}?"
-        vector = h.engine.embedder.embed([request])[0]
+        vector = h.embedder.embed([request])[0]
         assert all(m.content.startswith(f"[{t}]") for m, _ in h.search(t, vector, k=50))
         result = h.ask(t, request, log_turn=False)
         text = "\n".join(str(m["content"]) for m in result.prompt.messages)
@@ -125,22 +92,25 @@ def test_no_query_ever_returns_another_threads_text(make_history):
 
 
 def test_forget_removes_text_vectors_cache_and_files(make_history, ramen):
-    h = make_history()
+    h = make_history(view_limit=20)  # searched through views: the thread has a FAISS file
     h.ingest("a", ramen)
     h.ingest("b", ramen)
     h.ask("a", RAMEN_REQUEST)
-    path = h.vectors("a").path
+    tv = h.vectors("a")
+    assert tv.wait(60)
+    h.close()
+    path = tv.path
     assert path.exists()
     texts = [m.content for m in ramen.messages]
-    h.engine.embedder.embed(texts)  # as a file ask would have cached them
+    h.embedder.embed(texts)  # as a file ask would have cached them
     h.forget("a")
     assert not path.exists() and h.store.count("a") == 0 and not h.store.has_thread("a")
-    assert not h.engine.embedder.cache.get_many([cache_key(h.engine.embedder.id, PASSAGE, texts[3])], h.engine.embedder.dim)
+    assert not h.embedder.cache.get_many([cache_key(h.embedder.id, PASSAGE, texts[3])], h.embedder.dim)
     with pytest.raises(InputError):
         h.ask("a", RAMEN_REQUEST)
     assert h.store.count("b") == len(ramen.messages)  # other threads untouched
     h.add("a", "user", "a new start")  # the id can be used again, as a new thread
-    assert h.store.manifest("a")["embedder"] == h.engine.embedder.id and h.store.count("a") == 1
+    assert h.store.manifest("a")["embedder"] == h.embedder.id and h.store.count("a") == 1
 
 
 def test_forget_messages_and_before_a_date(make_history, ramen):
@@ -148,7 +118,7 @@ def test_forget_messages_and_before_a_date(make_history, ramen):
     h.ingest("a", ramen)
     target = next(m for m in h.store.messages("a") if "すみれ" in m.content)
     h.forget("a", ids=[target.id])
-    vector = h.engine.embedder.embed(["すみれの味噌ラーメン"])[0]
+    vector = h.embedder.embed(["すみれの味噌ラーメン"])[0]
     assert all(m.id != target.id for m, _ in h.search("a", vector, k=100))
     text = "\n".join(str(m["content"]) for m in h.ask("a", "すみれについて教えて").prompt.messages)
     assert target.content not in text
@@ -176,7 +146,7 @@ def test_pii_is_masked_before_storing_and_embedding(make_history):
     h.add("p", "user", "連絡先は taro@example.jp と 090-1234-5678、カードは 4111 1111 1111 1111 です")
     (stored,) = h.store.messages("p", with_vectors=True)
     assert stored.content == "連絡先は [EMAIL] と [PHONE]、カードは [CARD] です"
-    expected = h.engine.embedder.embed([stored.content])[0]
+    expected = h.embedder.embed([stored.content])[0]
     assert np.allclose(stored.vector, expected, atol=1e-5)
     h.ask("p", "メールは taro@example.jp で合ってる？")
     assert h.log("p")[-1]["request"] == "メールは [EMAIL] で合ってる？"  # the turn log is masked too
@@ -190,7 +160,7 @@ def test_large_threads_go_approximate_with_high_recall(make_history):
     msgs = _chat(900, datetime(2026, 1, 1, tzinfo=timezone.utc), seed=5)
     h.ingest("big", Thread("big", tuple(msgs)))
     tv = h.vectors("big")
-    assert tv.kind == "hnsw" and tv.size == 900
+    assert tv.wait(60) and tv.kind == "hnsw" and tv.size == 900
     stored = h.store.messages("big", with_vectors=True)
     matrix = np.vstack([m.vector for m in stored])
     ids = np.array([m.id for m in stored])
@@ -202,26 +172,29 @@ def test_large_threads_go_approximate_with_high_recall(make_history):
         recalls.append(len(exact & set(tv.search(query, 10)[1])) / 10)
     assert np.mean(recalls) >= 0.95
     result = h.ask("big", "what about the deploy on Friday?")
-    assert not h.last_view.whole and len(h.last_view.stored_ids) < 900
+    assert h.log("big")[-1]["view"]["whole_thread"] is False and len(result.thread.messages) < 900
     assert result.prompt.selection.retrieved
 
 
 def test_corrupt_or_missing_faiss_is_rebuilt_with_a_log_line(make_history, ramen, caplog):
-    h = make_history()
+    h = make_history(view_limit=20)
     h.ingest("c", ramen)
     tv = h.vectors("c")
+    tv.wait(60)
     path, size = tv.path, tv.size
     h.close()
     path.write_bytes(path.read_bytes()[:200] + b"garbage")
     with caplog.at_level(logging.INFO, logger="semhist.vectors"):
-        fresh = make_history()
-        assert fresh.vectors("c").size == size
+        fresh = make_history(view_limit=20)
+        tv = fresh.vectors("c")
+        assert tv.wait(60) and tv.size == size
     assert any("corrupt" in r.getMessage() for r in caplog.records)
     fresh.close()
     path.unlink()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="semhist.vectors"):
-        assert make_history().vectors("c").size == size
+        tv = make_history(view_limit=20).vectors("c")
+        assert tv.wait(60) and tv.size == size
     assert any("missing" in r.getMessage() for r in caplog.records)
 
 
@@ -232,16 +205,16 @@ def test_another_embedder_is_refused_until_reindex(make_history, ramen):
         other.ask("e", RAMEN_REQUEST)
     assert other.reindex("e") == len(ramen.messages)
     assert other.ask("e", RAMEN_REQUEST).prompt.selection.retrieved
-    assert other.vectors("e").dim == 384
+    assert other.index("e").dim == 384
 
 
 def test_a_replica_never_returns_what_another_forgot(make_history, ramen):
     writer, reader = make_history(), make_history()
     writer.ingest("a", ramen)
-    vector = reader.engine.embedder.embed(["すみれの味噌ラーメン"])[0]
+    vector = reader.embedder.embed(["すみれの味噌ラーメン"])[0]
     (top, _), *_ = reader.search("a", vector, k=5)  # the reader's index is loaded and warm
     writer.forget("a", ids=[top.id])
     assert all(m.id != top.id for m, _ in reader.search("a", vector, k=100))
-    assert reader.vectors("a").size == len(ramen.messages) - 1
+    assert len(reader.index("a").rows) == len(ramen.messages) - 1
     writer.add("a", "user", "すみれの新メニューが出た")
     assert any("新メニュー" in m.content for m, _ in reader.search("a", vector, k=100))

@@ -9,7 +9,7 @@ import pytest
 
 from indexers.settings import Settings
 from retrieval import Engine
-from retrieval.keyword import extract_keywords
+from retrieval.pipeline.keyword import extract_keywords
 from retrieval.llm import make_llm
 from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS, SAMPLES
 from tests.test_cli import semhist
@@ -58,7 +58,7 @@ def test_compare_counts_one_llm_call(llm_env, cache_dir):
 
 
 def test_model_is_assembled_once_and_verified(tmp_path):
-    from retrieval.llm_server import MODEL_SHA256, model_is_built, model_path
+    from retrieval.llm.server import MODEL_SHA256, model_is_built, model_path
 
     assert not model_is_built(tmp_path)
     path = model_path(tmp_path)

@@ -4,13 +4,17 @@ import json
 
 import pytest
 
+from datetime import datetime, timedelta, timezone
+
 from indexers.loader import loads
-from indexers.memory import MemoryStore, Summary
 from indexers.settings import Budget, Settings
+from indexers.store import NewMessage, SummaryRecord
 from retrieval import Engine
 from tests.conftest import SAMPLES
 from tests.test_cli import semhist
 from tests.test_strategies import check_boundary_rules, tool_thread
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 
 
 def thread_of(texts, thread_id="t"):
@@ -19,26 +23,47 @@ def thread_of(texts, thread_id="t"):
     return loads(json.dumps({"id": thread_id, "messages": rows})).only()
 
 
-def test_summary_is_stored_with_range_and_model_and_dropped_when_history_changes(tmp_path):
-    store = MemoryStore(tmp_path / "m.sqlite3")
-    thread = thread_of(["a", "b", "c", "d"])
-    store.put_summary(thread, Summary(1, "they said a and b", "model-x", "2025-01-01T00:00:00+00:00"), 12.0)
-    got = store.summary(thread)
-    assert (got.upto, got.text, got.model) == (1, "they said a and b", "model-x")
-    edited = thread_of(["A", "b", "c", "d"])
-    assert store.summary(edited) is None  # never reuse a summary of another history
+def _stored(store, texts, thread_id="t"):
+    rows = [NewMessage("user" if i % 2 == 0 else "assistant", t, T0 + timedelta(minutes=i), tokens=5)
+            for i, t in enumerate(texts)]
+    store.append(thread_id, rows, None)
+    return store.messages(thread_id)
 
 
-def test_newer_statement_supersedes_older_but_both_are_kept(tmp_path):
-    store = MemoryStore(tmp_path / "m.sqlite3")
-    thread = thread_of(["budget is 5,000 yen", "ok", "actually budget is 8,000 yen", "ok"])
-    store.add_notes(thread, 1, [(0, "constraint", "budget 5,000 yen", None)], "m", 1.0, 1)
-    old = store.notes(thread)[0]
-    store.add_notes(thread, 3, [(2, "constraint", "budget 8,000 yen", old.id)], "m", 1.0, 1)
-    active = store.notes(thread)
-    assert [n.quote for n in active] == ["actually budget is 8,000 yen"]
-    everything = store.notes(thread, active_only=False)
-    assert len(everything) == 2 and everything[0].superseded_by == active[0].id
+def test_summary_is_stored_by_message_key_and_forgotten_with_what_it_covers(store):
+    a, b, c, d = _stored(store, ["a", "b", "c", "d"])
+    store.put_summary("t", SummaryRecord(b.key, "they said a and b", "model-x", 10, "2026-01-01T00:00:00+00:00",
+                                         a.sort_ts, b.sort_ts), 12.0)
+    got = store.summary("t")
+    assert (got.upto, got.text, got.model, got.covered_tokens) == (b.key, "they said a and b", "model-x", 10)
+    store.forget_messages("t", ids=[d.id])
+    assert store.summary("t") is not None  # d was not summarized
+    store.forget_messages("t", ids=[a.id])
+    assert store.summary("t") is None  # never serve a summary of forgotten text
+
+
+def test_newer_statement_supersedes_older_but_both_are_kept(store):
+    first, _, second, _ = _stored(store, ["budget is 5,000 yen", "ok", "actually budget is 8,000 yen", "ok"])
+    old = store.record_extraction("t", first.key, (first.id, first.sort_ts, "constraint", "budget 5,000 yen",
+                                                   first.content, None), "m", 1.0)
+    store.record_extraction("t", second.key, (second.id, second.sort_ts, "constraint", "budget 8,000 yen",
+                                              second.content, old), "m", 1.0)
+    assert [n.quote for n in store.notes("t")] == ["actually budget is 8,000 yen"]
+    everything = store.notes("t", active_only=False)
+    assert len(everything) == 2 and everything[0].superseded_by == everything[1].id
+    assert store.notes_progress("t") == second.key
+
+
+def test_a_user_message_is_read_once_ever_and_forgetting_takes_its_statement(store):
+    first, *_ = _stored(store, ["I can't eat spicy food", "noted"])
+    note = (first.id, first.sort_ts, "constraint", "no spicy food", first.content, None)
+    assert store.record_extraction("t", first.key, note, "m", 1.0) is not None
+    assert store.record_extraction("t", first.key, note, "m", 1.0) is None  # another replica got there first
+    assert len(store.notes("t")) == 1
+    store.forget_messages("t", ids=[first.id])
+    assert store.notes("t") == []
+    store.forget_thread("t")
+    assert store.notes_progress("t") is None and store.summary("t") is None
 
 
 def test_memory_strategies_without_an_llm_are_a_clear_error(engine, ramen):
@@ -88,7 +113,8 @@ def test_compaction_is_incremental_rare_and_keeps_the_prefix_stable(llm_engine):
     first = engine.ask(thread, "any more tips?", strategy="summary", budget=budget)
     assert first.memory.compacted
     summary = first.memory.summary
-    assert summary.upto == first.prompt.selection.history[0][0] - 1  # everything older than the kept turns
+    # everything older than the kept turns
+    assert summary.upto == engine.index(thread).keys[first.prompt.selection.history[0][0] - 1]
     # one more exchange: no new compaction, and the prompt before the new turns is unchanged
     longer = thread_of(texts + ["And tip 14?", "Tip 14: mulch the soil."], "grow")
     second = engine.ask(longer, "any more tips?", strategy="summary", budget=budget)
@@ -119,14 +145,47 @@ def test_reduced_probe_set_with_the_real_llm(llm_engine):
 
 @pytest.mark.llm
 @pytest.mark.slow
+def test_structured_on_a_long_thread_reads_each_statement_once(llm_env, tmp_path, cache_dir):
+    """Above the view limit each request searches another view; the statement list is read
+    from the store by message id, so it neither shrinks nor is read again."""
+    from indexers.loader import load
+    from retrieval import History
+    from tests.conftest import ROOT
+
+    thread = {t.id: t for t in load(ROOT / "data" / "probes" / "probes.jsonl").threads}["probe-en-02"]
+    history = History(Settings.load(env=llm_env, cache_dir=cache_dir, db=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+                                    data_dir=tmp_path, view_limit=20, recent=4, compaction_calls=60))
+    history.ingest("p", thread)
+    budget, request = Budget.parse("50%"), thread.queries[0].text
+    first = history.ask("p", request, strategy="structured", budget=budget)
+    assert first.memory.extracted >= 1 and not first.memory.backlog
+    assert any("spicy" in n.quote for n in first.memory.notes)
+    stamp = thread.messages[-1].timestamp
+    for i, text in enumerate(["By the way, I am allergic to peanuts.", "What about dessert?", "And drinks?"]):
+        history.add("p", "user", text, timestamp=stamp + timedelta(minutes=2 * i + 1))
+        history.add("p", "assistant", "Noted.", timestamp=stamp + timedelta(minutes=2 * i + 2))
+    second = history.ask("p", request, strategy="structured", budget=budget)
+    assert second.memory.extracted <= 1  # the peanut statement, once it is older than the recent turns
+    third = history.ask("p", request, strategy="structured", budget=budget)
+    assert third.memory.extracted == 0 and third.memory.summaries == 0
+    assert len(third.memory.notes) >= len(first.memory.notes)
+    sources = [n.source_id for n in history.store.notes("p", active_only=False)]
+    assert len(sources) == len(set(sources))  # no statement read twice
+    history.close()
+
+
+@pytest.mark.llm
+@pytest.mark.slow
 def test_cli_compare_shows_seven_strategies_and_stats(llm_env, tmp_path):
     from tests.conftest import ROOT
     probe = ROOT / "data" / "probes" / "probes.jsonl"
-    out = semhist("compare", str(probe), "Plan tonight's dinner menu for me.", "--thread", "probe-en-02",
-                  "--budget", "50%", "--json", cache_dir=tmp_path, env=llm_env).stdout
+    env = {**llm_env, "SEMHIST_DB": f"sqlite:///{tmp_path / 'bot.sqlite3'}", "SEMHIST_DATA_DIR": str(tmp_path)}
+    semhist("ingest", str(probe), "--source-thread", "probe-en-02", "--quiet", cache_dir=tmp_path, env=env)
+    out = semhist("compare", "--thread", "probe-en-02", "Plan tonight's dinner menu for me.", "--budget", "50%",
+                  "--json", cache_dir=tmp_path, env=env).stdout
     rows = {r["strategy"] for r in json.loads(out)["strategies"]}
     assert rows == {"full", "window", "token-budget", "summary", "structured", "utterances", "blocks"}
-    report = json.loads(semhist("stats", "--json", cache_dir=tmp_path).stdout)
+    report = json.loads(semhist("stats", "--json", cache_dir=tmp_path, env=env).stdout)
     figures = report["threads"]["probe-en-02"]
     assert figures["asks"] == 7 and figures["compactions"] >= 1 and figures["llm_calls"] >= 2
     assert 0 < figures["sent_vs_full"] <= 0.5
@@ -138,7 +197,7 @@ def test_cli_compare_shows_seven_strategies_and_stats(llm_env, tmp_path):
     ("予算は5,000円です。", False), ("I can't eat spicy food.", False),
 ])
 def test_only_pure_questions_skip_extraction(text, expected):
-    from retrieval.compaction import only_questions
+    from retrieval.memory.compaction import only_questions
     assert only_questions(text) is expected
 
 
@@ -151,7 +210,7 @@ def test_only_pure_questions_skip_extraction(text, expected):
     ("no json here", None),
 ])
 def test_parse_note(reply, expected):
-    from retrieval.compaction import parse_note
+    from retrieval.memory.compaction import parse_note
     assert parse_note(reply, {3}) == expected
 
 

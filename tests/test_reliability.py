@@ -85,9 +85,9 @@ def test_kill_9_during_ingest_then_rerun_completes(db_url, tmp_path, cache_dir):
     assert 0 < len(stored) < len(messages)
     assert [m.content for m in stored] == [m["content"] for m in messages[:len(stored)]]  # a clean prefix
     assert len(stored) % 32 == 0  # whole batches only: each batch is one transaction
-    assert history.vectors("long").size == len(stored)  # the index agrees with the store
+    assert len(history.index("long").rows) == len(stored)  # the index agrees with the store
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"{len(messages) - len(stored)} added, {len(stored)} already stored" in done.stdout
     assert history.store.count("long") == len(messages)
-    assert history.vectors("long").size == len(messages)
+    assert len(history.index("long").rows) == len(messages)

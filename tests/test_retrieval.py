@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from indexers.build import embedding_text
+from indexers.model import embedding_text
 from indexers.loader import load, loads
 from indexers.segment import TimeGapSegmenter, TopicSegmenter
 from indexers.settings import Budget
@@ -85,16 +85,17 @@ def test_oversized_blocks_are_cut_where_the_topic_drifts(engine):
     assert any(b.message_ids[0] == 6 for b in blocks)  # the cut falls between ramen and weather
 
 
-def test_topic_sub_segments_are_recorded_and_saved(engine, tmp_path):
-    from indexers.index import HistoryIndex
+def test_topic_sub_segments_are_recorded_and_stored(engine, settings):
     if not (SHARED_DATA / "jmultiwoz_threads.jsonl").exists():
         pytest.fail("../shared/data/jmultiwoz_threads.jsonl is missing")
     with open(SHARED_DATA / "jmultiwoz_threads.jsonl", encoding="utf-8") as f:
         thread = load.__globals__["loads"](f.readline()).only()
     index = engine.index(thread)
     assert any(len(b.parts) > 1 for b in index.blocks)
-    index.save(tmp_path / "idx")
-    assert [b.parts for b in HistoryIndex.load(tmp_path / "idx").blocks] == [b.parts for b in index.blocks]
+    stored = [b.parts for b in engine.store.blocks(engine.put(thread))]
+    assert stored == [b.parts for b in index.blocks[:len(stored)]]
+    whole = TimeGapSegmenter().segment(thread.messages, _vectors(engine, thread))
+    assert [b.parts for b in index.blocks] == [b.parts for b in whole]  # stored in batches = segmented whole
 
 
 @pytest.mark.slow

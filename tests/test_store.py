@@ -21,7 +21,7 @@ def msg(text: str, minutes: float = 0.0, role: str = "user", key: str | None = N
 
 
 def test_migrations_are_named_ordered_and_applied_once(store):
-    names = [n for n, _ in MIGRATIONS]
+    names = [m[0] for m in MIGRATIONS]
     assert names == sorted(names)
     assert store.applied_migrations() == names
     assert store.migrate() == []  # a second run applies nothing
@@ -44,8 +44,8 @@ def test_timestamps_round_trip_with_their_offset(store):
 
 def test_source_keys_make_appends_idempotent(store):
     rows = [msg("a", 0, key="k1"), msg("b", 1, key="k2")]
-    assert len(store.append("t1", rows, "e")) == 2
-    assert store.append("t1", rows, "e") == []
+    assert len(store.append("t1", rows, "e").ids) == 2
+    assert store.append("t1", rows, "e").ids == ()
     assert store.existing_keys("t1", ["k1", "k3"]) == {"k1"}
     assert store.existing_keys("t2", ["k1"]) == set()  # keys are per thread
     assert store.count("t1") == 2
@@ -63,9 +63,9 @@ def test_vectors_and_terms_round_trip_exactly(store):
 
 
 def test_blocks_close_only_through_the_segmenter(store):
-    def close_all_but_last(tail):
+    def close_all_but_last(tail, history):
         ids = [m.id for m in tail]
-        return [ClosedBlock(tuple(ids[:-1]), 10, (0,))] if len(ids) > 3 else []
+        return ([ClosedBlock(tuple(ids[:-1]), 10, (0,))], history + (0.25,)) if len(ids) > 3 else ([], history)
 
     for i in range(3):
         store.append("t1", [msg(f"m{i}", i)], "e", close_all_but_last)
@@ -75,6 +75,7 @@ def test_blocks_close_only_through_the_segmenter(store):
     assert len(blocks) == 1 and len(blocks[0].message_ids) == 3
     assert [m.content for m in store.tail("t1")] == ["m3"]
     assert store.blocks("t1", [0]) == blocks and store.blocks("t1", [7]) == []
+    assert store.load("t1").segment_history == (0.25,)  # the segmenter's history goes with the thread
 
 
 def test_every_read_is_scoped_to_its_thread(store):
@@ -106,14 +107,14 @@ def test_forget_thread_removes_everything(store):
 
 def test_forget_messages_and_before_a_date_bump_the_generation(store):
     store.append("t1", [msg(f"m{i}", i * 60) for i in range(5)], "e")
-    g0 = store.generation("t1")
+    g0 = store.marker("t1").generation
     first = store.messages("t1")[0]
     assert [m.content for m in store.forget_messages("t1", ids=[first.id])] == ["m0"]
-    assert store.generation("t1") == g0 + 1
+    assert store.marker("t1").generation == g0 + 1
     gone = store.forget_messages("t1", before=T0 + timedelta(minutes=150))
     assert [m.content for m in gone] == ["m1", "m2"]
     assert [m.content for m in store.messages("t1")] == ["m3", "m4"]
-    assert store.forget_messages("t1", ids=[first.id]) == [] and store.generation("t1") == g0 + 2
+    assert store.forget_messages("t1", ids=[first.id]) == [] and store.marker("t1").generation == g0 + 2
 
 
 def test_turn_log_manifest_and_retention(store):
@@ -129,6 +130,45 @@ def test_turn_log_manifest_and_retention(store):
     assert store.retention("t1") is None
     store.set_retention("t1", 30)
     assert store.retention("t1") == 30 and store.threads()[0].retention_days == 30
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_store_from_before_the_new_columns_is_migrated_with_its_data(request, tmp_path, backend):
+    """A store made by the previous release (migrations 0001-0004 only, rows written then) gets
+    thread identities, prompt costs and lexical block terms when it is opened."""
+    from indexers.store.migrations import script
+    from tests.conftest import drop_all
+
+    if backend == "sqlite":
+        import sqlite3
+        url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+        conn = sqlite3.connect(tmp_path / "old.sqlite3", isolation_level=None)
+        dialect, types, mark = "sqlite", {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "blob": "BLOB", "real": "REAL"}, "?"
+    else:
+        import psycopg
+        url = request.getfixturevalue("postgres_url")
+        drop_all(url)
+        conn = psycopg.connect(url, autocommit=True)
+        dialect, types, mark = "postgresql", {"id": "BIGSERIAL PRIMARY KEY", "blob": "BYTEA", "real": "DOUBLE PRECISION"}, "%s"
+    conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    for migration in MIGRATIONS[:4]:
+        for statement in script(migration, dialect, types):
+            conn.execute(statement)
+        conn.execute(f"INSERT INTO schema_migrations VALUES ({mark}, 'then')", (migration[0],))
+    conn.execute("INSERT INTO store_meta VALUES ('uid', 'old-store')")
+    conn.execute("INSERT INTO threads (thread_id, created_at, n_messages, n_vectors) VALUES ('old', 'then', 2, 0)")
+    for i, text in enumerate(["the Zanzibar trip", "sounds great"]):
+        conn.execute(f"INSERT INTO messages (thread_id, ts, sort_ts, role, content, terms, block_no) VALUES "
+                     f"('old', {mark}, {mark}, {mark}, {mark}, {mark}, 0)",
+                     (1000.0 + i, 1000.0 + i, "user" if i == 0 else "assistant", text, "\x1f".join(text.split())))
+    conn.execute("INSERT INTO blocks VALUES ('old', 0, 12, '[0]')")
+    conn.close()
+    store = open_store(url)
+    assert store.applied_migrations() == [m[0] for m in MIGRATIONS]
+    marker = store.marker("old")
+    assert marker.uid and marker.tokens == sum(m.tokens for m in store.messages("old")) > 0
+    assert [no for no, _ in store.search_blocks("old", ["Zanzibar"], 5)] == [0]
+    store.close()
 
 
 @pytest.mark.parametrize("bad", ["../x", "a/b", "a\\b", "", " x", "x y", ".hidden", "a" * 300, "x..y", "a\x00b"])

@@ -7,7 +7,7 @@ import pytest
 from indexers.loader import loads
 from indexers.settings import Budget, Settings
 from retrieval import STRATEGIES, Engine
-from retrieval.strategies import NEEDS_LLM
+from retrieval.pipeline.strategies import NEEDS_LLM
 from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS
 
 ALL = [name for name in STRATEGIES if name not in NEEDS_LLM]  # summary/structured: tests/test_memory.py

@@ -1,0 +1,247 @@
+"""The bot's path, measured: a stored thread that grows while it is asked.
+
+    python benchmarks/botloop.py --pg postgresql://USER@127.0.0.1:PORT/SCRATCH_DB   # writes benchmarks/botloop.md
+    python benchmarks/botloop.py --structured          # + the real local LLM (OPENAI_BASE_URL etc. set)
+
+Each case runs in a fresh process. One thread is bulk-ingested (LoCoMo repeated; real USE-m3
+vectors plus N(0, 0.02) noise, precomputed, as in benchmarks/scale.py), then a bot's turns
+run on it: add the user's message, ask (the ask right after a write), ask again with another
+request (an ask with no write before it), add the reply. Every request is a LoCoMo question
+made unique with the turn number, so no query embedding comes from a cache; the budget is
+2,000 tokens; no LLM (local keyword). Resident memory is read after the first ask and after
+the last turn. The many-threads case stores 1,000 threads of 100 messages and runs the same
+turns on threads picked at random. The structured case asks `structured` on a 6,000-message
+thread through 100 turns with the LLM configured in the environment and counts its calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+from scale import ReadyVectors, _fresh_pg, _pct, _rss_mb, corpus  # noqa: E402
+
+BUDGET = "2000"
+
+
+def _history(url: str, workdir: Path, cache_dir: Path, **overrides):
+    from indexers.settings import Settings
+    from retrieval import History
+
+    settings = Settings.load(env={}, db=url, data_dir=workdir / "data", cache_dir=cache_dir, batch_size=1000,
+                             keyword=overrides.pop("keyword", "local"), **overrides)
+    return History(settings)
+
+
+def _bulk(history, thread_id: str, messages, vectors) -> float:
+    from indexers.model import Thread
+
+    real = history.ingestor.embedder
+    history.ingestor.embedder = ReadyVectors(vectors, real.dim, history.embedder.id)
+    start = time.perf_counter()
+    history.ingest(thread_id, Thread(thread_id, tuple(messages)))
+    history.ingestor.embedder = real
+    return time.perf_counter() - start
+
+
+def _turns(history, threads: list[str], questions: list[str], texts: list[str], turns: int, last, seed: int = 0):
+    """Run the bot loop; returns the timings (ms) of adds, asks after a write and asks without one."""
+    from indexers.settings import Budget
+
+    budget, rng = Budget.parse(BUDGET), random.Random(seed)
+    adds, after, without = [], [], []
+    for turn in range(turns):
+        thread = threads[turn % len(threads)] if len(threads) == 1 else rng.choice(threads)
+        when = last + timedelta(seconds=30 * (turn + 1))
+        t0 = time.perf_counter()
+        history.add(thread, "user", f"{texts[(2 * turn) % len(texts)]} ({turn})", timestamp=when)
+        t1 = time.perf_counter()
+        history.ask(thread, f"{questions[(2 * turn) % len(questions)]} ({turn})", budget=budget)
+        t2 = time.perf_counter()
+        history.ask(thread, f"{questions[(2 * turn + 1) % len(questions)]} ({turn}b)", budget=budget)
+        t3 = time.perf_counter()
+        history.add(thread, "assistant", f"{texts[(2 * turn + 1) % len(texts)]} ({turn})",
+                    timestamp=when + timedelta(seconds=5))
+        t4 = time.perf_counter()
+        adds += [(t1 - t0) * 1000, (t4 - t3) * 1000]
+        after.append((t2 - t1) * 1000)
+        without.append((t3 - t2) * 1000)
+    return adds, after, without
+
+
+def _summary(adds, after, without, rss0, rss1) -> dict:
+    return {"add_ms_p50": _pct(adds, 50), "add_ms_p95": _pct(adds, 95),
+            "ask_after_write_ms_p50": _pct(after, 50), "ask_after_write_ms_p95": _pct(after, 95),
+            "ask_no_write_ms_p50": _pct(without, 50), "ask_no_write_ms_p95": _pct(without, 95),
+            "after_vs_no_write_p50": round(float(np.median(after) / np.median(without)), 3),
+            "rss_start_mb": round(rss0), "rss_end_mb": round(rss1), "rss_growth_mb": round(rss1 - rss0)}
+
+
+def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> dict:
+    messages, vectors, questions = corpus(n, cache_dir)
+    history = _history(url, workdir, cache_dir)
+    history.store.migrate()
+    ingest_s = _bulk(history, "bot", messages, vectors)
+    last, texts = messages[-1].timestamp, [m.content for m in messages[:5000]]
+    del messages, vectors
+    gc.collect()
+    embed_ms = []
+    for q in questions[:20]:
+        t = time.perf_counter()
+        history.embedder.inner.embed([q + " warm"], "query")
+        embed_ms.append((time.perf_counter() - t) * 1000)
+    history.ask("bot", questions[0])  # the first ask reads the thread (or its FAISS file) once
+    vectors = history.states.peek("bot").vectors
+    if vectors is not None:
+        vectors.wait()
+    gc.collect()
+    rss0 = _rss_mb()
+    adds, after, without = _turns(history, ["bot"], questions, texts, turns, last)
+    gc.collect()
+    out = {"case": "one thread", "messages": n, "backend": url.split(":")[0], "turns": turns,
+           "ingest_s": round(ingest_s, 1), "embed_ms_p50": _pct(embed_ms, 50),
+           "view": "whole thread" if n + 2 * turns <= history.settings.view_limit else "candidates",
+           "full_loads": history.states.loads, **_summary(adds, after, without, rss0, _rss_mb())}
+    history.close()
+    return out
+
+
+def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int = 1000, size: int = 100) -> dict:
+    messages, vectors, questions = corpus(threads * size, cache_dir)
+    history = _history(url, workdir, cache_dir)
+    history.store.migrate()
+    names = [f"19:bot-{i}@thread.v2" for i in range(threads)]
+    start = time.perf_counter()
+    for i, name in enumerate(names):
+        _bulk(history, name, messages[i * size:(i + 1) * size], vectors[i * size:(i + 1) * size])
+    ingest_s = time.perf_counter() - start
+    last, texts = messages[-1].timestamp, [m.content for m in messages[:5000]]
+    del messages, vectors
+    gc.collect()
+    history.ask(names[0], questions[0])
+    rss0 = _rss_mb()
+    adds, after, without = _turns(history, names, questions, texts, turns, last, seed=1)
+    gc.collect()
+    s = history.settings
+    out = {"case": f"{threads} threads x {size}", "messages": threads * size, "backend": url.split(":")[0],
+           "turns": turns, "ingest_s": round(ingest_s, 1), "states_held": len(history.states),
+           "state_mb": round(history.states.nbytes / 2**20, 1), "cache_limit": f"{s.cache_threads} threads / "
+           f"{s.cache_mb} MB", "full_loads": history.states.loads, **_summary(adds, after, without, rss0, _rss_mb())}
+    history.close()
+    return out
+
+
+def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, n: int = 6000) -> dict:
+    """`structured` with the real LLM: calls per turn, each user statement read once."""
+    from indexers.settings import Budget, Settings
+
+    if Settings.load().llm is None:
+        sys.exit("the structured case needs an LLM: run semhist llm-server and export what it prints")
+    messages, vectors, questions = corpus(n, cache_dir)
+    history = _history(url, workdir, cache_dir, keyword="auto", view_limit=5000, llm_timeout=300,
+                       compaction_lookback=200)
+    history.store.migrate()
+    _bulk(history, "bot", messages, vectors)
+    last, texts = messages[-1].timestamp, [m.content for m in messages if m.role == "user"][:turns]
+    budget, per_turn = Budget.parse(BUDGET), []
+    for turn in range(turns):
+        when = last + timedelta(seconds=30 * (turn + 1))
+        history.add("bot", "user", texts[turn], timestamp=when)
+        t0 = time.perf_counter()
+        result = history.ask("bot", questions[turn], strategy="structured", budget=budget)
+        mem = result.memory
+        per_turn.append({"turn": turn, "llm_calls": result.llm_calls, "extracted": mem.extracted,
+                         "summaries": mem.summaries, "backlog": mem.backlog, "notes": len(mem.notes),
+                         "ask_s": round(time.perf_counter() - t0, 2)})
+        history.add("bot", "assistant", f"Noted ({turn}).", timestamp=when + timedelta(seconds=5))
+        print(json.dumps(per_turn[-1]), file=sys.stderr, flush=True)
+    notes = history.store.notes("bot", active_only=False)
+    sources = [n.source_id for n in notes]
+    history.close()
+    steady = [t for t in per_turn if not t["backlog"]]
+    return {"case": "structured", "messages": n, "backend": url.split(":")[0], "turns": turns,
+            "llm_calls": sum(t["llm_calls"] for t in per_turn),
+            "extraction_calls": sum(t["extracted"] for t in per_turn),
+            "max_extractions_per_steady_turn": max((t["extracted"] for t in steady), default=0),
+            "turns_with_backlog": len(per_turn) - len(steady), "statements": len(notes),
+            "statements_read_twice": len(sources) - len(set(sources)), "per_turn": per_turn}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1000,5000,50000,1000000")
+    p.add_argument("--turns", type=int, default=10_000)
+    p.add_argument("--pg", help="PostgreSQL URL of a scratch database (emptied per case)")
+    p.add_argument("--structured", action="store_true", help="also the structured case with the configured LLM")
+    p.add_argument("--workdir", default="/tmp/semhist-botloop")
+    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "botloop"))
+    p.add_argument("--one", nargs=3, metavar=("CASE", "N", "URL"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    work, cache = Path(args.workdir), Path(args.cache_dir)
+    if args.one:
+        kind, n, url = args.one
+        result = (case_one(int(n), url, work, cache, args.turns) if kind == "one" else
+                  case_many(url, work, cache, args.turns) if kind == "many" else
+                  case_structured(url, work, cache, args.turns))
+        print(json.dumps(result))
+        return
+    cases = [("one", n) for n in map(int, args.sizes.split(","))] + [("many", 0)]
+    cases += [("structured", 6000)] if args.structured else []
+    rows = []
+    for kind, n in cases:
+        for backend in ["sqlite"] + (["postgresql"] if args.pg and kind != "structured" else []):
+            case_dir = work / f"{kind}-{backend}-{n}"
+            subprocess.run(["rm", "-rf", str(case_dir)], check=True)
+            case_dir.mkdir(parents=True)
+            url = f"sqlite:///{case_dir / 'store.sqlite3'}" if backend == "sqlite" else args.pg
+            if backend == "postgresql":
+                _fresh_pg(url)
+            turns = 100 if kind == "structured" else args.turns
+            print(f"-- {kind} {backend} {n:,} messages, {turns} turns", file=sys.stderr, flush=True)
+            done = subprocess.run([sys.executable, __file__, "--one", kind, str(n), url, "--turns", str(turns),
+                                   "--workdir", str(case_dir), "--cache-dir", args.cache_dir],
+                                  stdout=subprocess.PIPE, text=True, cwd=ROOT)
+            if done.returncode:
+                sys.exit(f"case {kind} {backend} {n} failed")
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            subprocess.run(["rm", "-rf", str(case_dir)], check=True)
+    Path(args.out + ".json").write_text(json.dumps(rows, indent=1))
+    Path(args.out + ".md").write_text(report(rows, bool(args.pg)))
+    print(report(rows, bool(args.pg)))
+
+
+def report(rows: list[dict], with_pg: bool) -> str:
+    cols = ["case", "backend", "messages", "turns", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
+            "ask_after_write_ms_p95", "ask_no_write_ms_p50", "ask_no_write_ms_p95", "after_vs_no_write_p50",
+            "rss_start_mb", "rss_end_mb", "rss_growth_mb", "full_loads", "embed_ms_p50"]
+    loop = [r for r in rows if r["case"] != "structured"]
+    lines = ["# The bot's path (`python benchmarks/botloop.py`)", "",
+             f"Machine: {os.cpu_count()} cores. " + (__doc__ or "").split("\n\n")[2].replace("\n", " "), ""]
+    if not with_pg:
+        lines += ["PostgreSQL: skipped (no --pg URL given).", ""]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in loop]
+    for r in rows:
+        if r["case"] == "structured":
+            lines += ["", f"`structured`, {r['messages']:,} messages, {r['turns']} turns: {r['llm_calls']} LLM calls, "
+                      f"{r['extraction_calls']} extraction calls; turns still catching up a backlog: "
+                      f"{r['turns_with_backlog']}; most extractions in a later turn: "
+                      f"{r['max_extractions_per_steady_turn']}; statements read twice: {r['statements_read_twice']}."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The query-time form of one thread, or of a candidate view of a long one: messages in
+order, their vectors in FAISS, BM25 over messages and over blocks, blocks and turn units.
+
+It is built once from what the store returns and then extended by appends: messages and
+closed blocks are only ever added, the open tail (the block still growing) is segmented
+again, and nothing before it is read or derived again. Rows are the non-system messages,
+block after block; for a thread they are in chronological order.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from functools import cached_property
+
+import numpy as np
+
+from ..lexical import BM25
+from ..model import Block, Message, Thread
+from ..segment import Segmenter
+from ..store.records import Key, Marker, StoredBlock, StoredMessage
+from ..tokens import count_message
+from .faiss_index import FaissIndex
+
+_MESSAGE_OVERHEAD = 300  # bytes a message costs in memory besides its text, about
+
+
+def as_message(stored: StoredMessage) -> Message:
+    """A stored message in the pipeline's form: its index is its store id."""
+    return Message(stored.id, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
+                   stored.tool_call_id)
+
+
+class ThreadIndex:
+    def __init__(self, thread_id: str, dim: int, segmenter: Segmenter, *, whole: bool = True):
+        self.thread_id, self.dim, self.segmenter, self.whole = thread_id, dim, segmenter, whole
+        self.marker: Marker | None = None
+        self.messages: list[Message] = []
+        self.keys: list[Key] = []
+        self.position: dict[int, int] = {}  # store id -> position
+        self.max_id = 0  # the newest store id held: what was stored after it is new
+        self.rows: list[int] = []  # row -> position
+        self.vectors = FaissIndex(dim)  # FAISS ids are row numbers
+        self.lexical = BM25(keep_terms=False)
+        self.block_lexical = BM25()
+        self.closed: list[Block] = []
+        self.open: list[Block] = []
+        self.closed_rows = 0
+        self.last_block_no = -1
+        self.units: list[tuple[int, ...]] = []
+        self.history_tokens = 0  # prompt cost of every non-system message of the thread
+        self.last_time = None  # time of the newest timed message (relative dates count from it)
+        self.appendable = True
+        self._history: tuple[float, ...] = ()
+        self._tail: dict[int, tuple[np.ndarray | None, tuple[str, ...]]] = {}  # row -> (vector, terms)
+        self._text_bytes = 0
+
+    # -- building ------------------------------------------------------------------------
+    @classmethod
+    def build(cls, thread_id: str, stored: Sequence[StoredMessage], blocks: Iterable[StoredBlock], dim: int,
+              segmenter: Segmenter, history: Sequence[float] = (), marker: Marker | None = None,
+              whole: bool = True) -> ThreadIndex:
+        """From messages in order (with vectors) and the closed blocks they belong to. A view
+        may hold only some messages of a block: they then form a block of their own."""
+        index = cls(thread_id, dim, segmenter, whole=whole)
+        index.marker, index._history = marker, tuple(history)
+        for m in stored:
+            index._add_message(m)
+        known = {b.block_no: b for b in blocks}
+        groups: dict[int, list[StoredMessage]] = {}
+        for m in stored:
+            if m.block_no is not None and m.block_no >= 0 and m.role != "system":
+                groups.setdefault(m.block_no, []).append(m)
+        ordered = sorted(groups.items(), key=lambda g: index.position[g[1][0].id])
+        in_block = {m.id for _, ms in ordered for m in ms}
+        tail = [m for m in stored if m.role != "system" and m.id not in in_block]
+        for block_no, members in ordered:
+            whole_block = known.get(block_no)
+            complete = whole_block is not None and len(whole_block.message_ids) == len(members)
+            for m in members:
+                index._add_row(m)
+            index._close([index.position[m.id] for m in members], whole_block if complete else None)
+            index.last_block_no = max(index.last_block_no, block_no)
+        for m in tail:
+            index._add_row(m)
+        index.appendable = index.rows == sorted(index.rows)
+        index._segment_open()
+        return index
+
+    def _add_message(self, m: StoredMessage) -> None:
+        pos = len(self.messages)
+        msg = as_message(m)
+        self.messages.append(msg)
+        self.keys.append(m.key)
+        self.position[m.id] = pos
+        self.max_id = max(self.max_id, m.id)
+        self._text_bytes += 2 * len(m.content) + _MESSAGE_OVERHEAD
+        if m.timestamp is not None:
+            self.last_time = m.timestamp
+        if m.role == "system":
+            return
+        self.history_tokens += m.tokens or count_message(msg.to_openai())
+        if m.role == "user" or not self.units:
+            self.units.append((pos,))
+        else:
+            self.units[-1] = self.units[-1] + (pos,)
+
+    def _add_row(self, m: StoredMessage) -> None:
+        row = len(self.rows)
+        self.rows.append(self.position[m.id])
+        vector = m.vector if m.vector is not None else np.zeros(self.dim, dtype=np.float32)
+        self.vectors.add(np.array([row]), vector)
+        self.lexical.add(m.terms)
+        self._tail[row] = (vector, m.terms)
+
+    def _close(self, positions: list[int], stored: StoredBlock | None) -> None:
+        """Close the block made of the next rows (`positions`, in row order)."""
+        first = self.closed_rows
+        rows = range(first, first + len(positions))
+        terms = [t for r in rows for t in self._tail[r][1]]
+        self.block_lexical.truncate(len(self.closed))
+        self.block_lexical.add(terms)
+        tokens = stored.tokens if stored else sum(count_message(self.messages[p].to_openai()) for p in positions)
+        parts = tuple(stored.parts) if stored else (0,)
+        self.closed.append(Block(len(self.closed), tuple(positions), self.messages[positions[0]].timestamp,
+                                 self.messages[positions[-1]].timestamp, tokens, parts))
+        for r in rows:
+            self._tail.pop(r, None)
+        self.closed_rows += len(positions)
+
+    def _segment_open(self) -> None:
+        """Segment the rows after the closed blocks as they stand now."""
+        tail_rows = list(range(self.closed_rows, len(self.rows)))
+        self.block_lexical.truncate(len(self.closed))
+        self.open = []
+        if tail_rows:
+            positions = [self.rows[r] for r in tail_rows]
+            vectors = np.vstack([self._tail[r][0] for r in tail_rows])
+            found = self.segmenter.segment([self.messages[p] for p in positions], vectors, self._history)
+            for b in found:
+                ids = tuple(positions[i] for i in b.message_ids)
+                self.open.append(Block(len(self.closed) + len(self.open), ids, b.start_time, b.end_time,
+                                       b.tokens, b.parts))
+                self.block_lexical.add([t for i in b.message_ids for t in self._tail[tail_rows[i]][1]])
+        self._changed()
+
+    # -- appends -------------------------------------------------------------------------
+    def apply(self, messages: Sequence[StoredMessage], blocks: Sequence[StoredBlock],
+              history: Sequence[float], marker: Marker) -> bool:
+        """Add what was stored since this index was read. False when it cannot be done by
+        adding (a message that sorts before the newest one, a block that does not continue
+        the closed ones): the caller then builds the index again."""
+        if not self.appendable or not self.whole:
+            return False
+        if messages and self.keys and messages[0].key < self.keys[-1]:
+            return False
+        for m in messages:
+            self._add_message(m)
+            if m.role != "system":
+                self._add_row(m)
+        for b in sorted(blocks, key=lambda b: b.block_no):
+            positions = [self.position.get(i) for i in b.message_ids]
+            expected = self.rows[self.closed_rows:self.closed_rows + len(positions)]
+            if b.block_no != self.last_block_no + 1 or None in positions or positions != expected:
+                return False
+            self._close(positions, b)
+            self.last_block_no = b.block_no
+        self._history = tuple(history) if blocks else self._history
+        self.marker = marker
+        self._segment_open()
+        return True
+
+    # -- what the query stages read -------------------------------------------------------
+    def _changed(self) -> None:
+        for name in ("thread", "blocks", "block_rows", "row_block", "turn_units", "system"):
+            self.__dict__.pop(name, None)
+
+    @cached_property
+    def thread(self) -> Thread:
+        return Thread(self.thread_id, tuple(self.messages))
+
+    @cached_property
+    def blocks(self) -> tuple[Block, ...]:
+        return tuple(self.closed) + tuple(self.open)
+
+    @cached_property
+    def turn_units(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(self.units)
+
+    @cached_property
+    def system(self) -> tuple[int, ...]:
+        return tuple(p for p, m in enumerate(self.messages) if m.role == "system")
+
+    @cached_property
+    def block_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first row, end row) of each block: rows are stored block after block."""
+        sizes = np.array([len(b.message_ids) for b in self.blocks], dtype=np.int64)
+        ends = np.cumsum(sizes)
+        return ends - sizes, ends
+
+    @cached_property
+    def row_block(self) -> np.ndarray:
+        first, end = self.block_rows
+        return np.repeat(np.arange(len(first), dtype=np.int64), end - first)
+
+    def dense(self, query: np.ndarray) -> np.ndarray:
+        """Cosine of every row with the query, in row order."""
+        return self.vectors.scores_all(query)
+
+    def position_after(self, key: Key) -> int:
+        """The first position whose message comes after `key`."""
+        return bisect_right(self.keys, key)
+
+    @property
+    def nbytes(self) -> int:
+        """About what this index holds in memory."""
+        return self.vectors.nbytes + self.lexical.nbytes + self.block_lexical.nbytes + self._text_bytes
+
+    def __len__(self) -> int:
+        return len(self.messages)

@@ -1,0 +1,87 @@
+"""Forgetting, re-segmenting and re-embedding: the writes that change what was derived.
+
+Each one moves the thread to a new generation, so no process extends a state built before
+it; forgetting a whole thread removes its row, so the id used again is a new incarnation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from .records import StoredMessage, check_thread_id
+from .rows import COLUMNS, chunks, marks, message_row
+
+_TABLES = ("turn_log", "notes", "summaries", "manifests", "blocks", "messages", "threads")
+
+
+class ForgetMixin:
+    def forget_thread(self: Any, thread_id: str) -> list[StoredMessage]:
+        """Remove the thread and everything stored for it; returns what was removed."""
+        gone = self.messages(thread_id)
+        with self._write(thread_id) as cur:
+            self._drop_block_terms(cur, thread_id)
+            for table in _TABLES:
+                cur.execute(self._sql(f"DELETE FROM {table} WHERE thread_id = ?"), (thread_id,))
+        return gone
+
+    def forget_messages(self: Any, thread_id: str, *, ids: Sequence[int] | None = None,
+                        before: datetime | None = None) -> list[StoredMessage]:
+        """Remove the given messages, or every message older than `before` (and turn-log
+        entries older than it), with the statements quoted from them and every summary that
+        covered them."""
+        check_thread_id(thread_id)
+        if ids is None and before is None:
+            raise InputError("forget_messages needs ids or a date")
+        with self._write(thread_id) as cur:
+            gone: list[StoredMessage] = []
+            if ids is not None:
+                for chunk in chunks([int(i) for i in ids]):
+                    where = f"thread_id = ? AND id IN ({marks(chunk)})"
+                    cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE {where}"), (thread_id, *chunk))
+                    gone.extend(message_row(r) for r in cur.fetchall())
+                    cur.execute(self._sql(f"DELETE FROM messages WHERE {where}"), (thread_id, *chunk))
+            else:
+                cutoff = before.timestamp()
+                cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? AND sort_ts < ?"),
+                            (thread_id, cutoff))
+                gone = [message_row(r) for r in cur.fetchall()]
+                cur.execute(self._sql("DELETE FROM messages WHERE thread_id = ? AND sort_ts < ?"), (thread_id, cutoff))
+                cur.execute(self._sql("DELETE FROM turn_log WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
+            if gone:
+                self._forget_derived(cur, thread_id, gone)
+                cur.execute(self._sql("UPDATE threads SET generation = generation + 1 WHERE thread_id = ?"),
+                            (thread_id,))
+                self._bump(cur, thread_id, complete=False)
+        return gone
+
+    def _forget_derived(self: Any, cur, thread_id: str, gone: list[StoredMessage]) -> None:
+        for chunk in chunks([m.id for m in gone]):
+            cur.execute(self._sql(f"DELETE FROM notes WHERE thread_id = ? AND source_id IN ({marks(chunk)})"),
+                        (thread_id, *chunk))
+        first = min(m.key for m in gone)
+        # a summary of anything from `first` on read the forgotten text
+        cur.execute(self._sql("DELETE FROM summaries WHERE thread_id = ? AND (upto_ts, upto_id) >= (?, ?)"),
+                    (thread_id, first[0], first[1]))
+
+    def resegment(self: Any, thread_id: str, segment: Callable) -> None:
+        """Forget every block of the thread and segment it again from the stored vectors."""
+        with self._write(thread_id) as cur:
+            self._drop_block_terms(cur, thread_id)
+            cur.execute(self._sql("DELETE FROM blocks WHERE thread_id = ?"), (thread_id,))
+            cur.execute(self._sql("UPDATE messages SET block_no = NULL WHERE thread_id = ?"), (thread_id,))
+            cur.execute(self._sql("UPDATE threads SET segment_history = NULL, generation = generation + 1, "
+                                  "version = version + 1 WHERE thread_id = ?"), (thread_id,))
+            self._segment(cur, thread_id, segment)
+
+    def set_vectors(self: Any, thread_id: str, vectors: Sequence[tuple[int, np.ndarray]], embedder: str) -> None:
+        """Replace message vectors (re-embedding after a model change)."""
+        with self._write(thread_id) as cur:
+            cur.executemany(self._sql("UPDATE messages SET vector = ?, embedder = ? WHERE id = ? AND thread_id = ?"),
+                            [(np.asarray(v, dtype=np.float32).tobytes(), embedder, i, thread_id) for i, v in vectors])
+            cur.execute(self._sql("UPDATE threads SET generation = generation + 1, version = version + 1 "
+                                  "WHERE thread_id = ?"), (thread_id,))

@@ -1,0 +1,123 @@
+"""Named, ordered schema migrations of the store, applied once each, in order, on open.
+
+A migration is SQL ({id}, {blob}, {real} filled per backend; a dict when the backends need
+different statements) and optionally a data step in Python, run in the same transaction, for
+what SQL alone cannot derive (token counts, the hashed lexical terms of closed blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ..tokens import count_message
+from .lexical_keys import block_document
+
+SQLITE, POSTGRES = "sqlite", "postgresql"
+
+
+def _identity_and_costs(store: Any, cur: Any) -> None:
+    """Give every existing thread an incarnation id, every message its prompt cost."""
+    cur.execute("SELECT thread_id FROM threads")
+    for (thread_id,) in cur.fetchall():
+        cur.execute(store._sql("UPDATE threads SET uid = ? WHERE thread_id = ?"), (uuid.uuid4().hex, thread_id))
+    cur.execute("SELECT id, role, content, name, tool_calls FROM messages")
+    costs = []
+    for mid, role, content, name, calls in cur.fetchall():
+        message = {"role": role, "content": content}
+        if name and role in ("user", "assistant"):
+            message["name"] = name
+        if calls:
+            message["tool_calls"] = json.loads(calls)
+        costs.append((count_message(message), mid))
+    cur.executemany(store._sql("UPDATE messages SET tokens = ? WHERE id = ?"), costs)
+    cur.execute("UPDATE threads SET n_tokens = (SELECT COALESCE(SUM(tokens), 0) FROM messages m "
+                "WHERE m.thread_id = threads.thread_id AND m.role <> 'system')")
+
+
+def _block_documents(store: Any, cur: Any) -> None:
+    """Index the terms of every block closed before lexical candidates existed."""
+    cur.execute("SELECT thread_id, block_no, terms FROM messages WHERE block_no IS NOT NULL AND block_no >= 0 "
+                "ORDER BY thread_id, block_no")
+    docs: dict[tuple[str, int], list[str]] = {}
+    for thread_id, block_no, terms in cur.fetchall():
+        docs.setdefault((thread_id, int(block_no)), []).extend(terms.split("\x1f") if terms else ())
+    for (thread_id, block_no), terms in docs.items():
+        store._index_block(cur, thread_id, block_no, block_document(thread_id, terms))
+
+
+Migration = tuple[str, "str | dict[str, str]", "Callable[[Any, Any], None] | None"]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    ("0001_threads_messages_blocks", """
+CREATE TABLE threads (thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, generation INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE messages (
+  id {id}, thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  ts {real}, sort_ts {real} NOT NULL, tz TEXT, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
+  tool_calls TEXT, tool_call_id TEXT, source_key TEXT, terms TEXT NOT NULL DEFAULT '',
+  embedder TEXT, vector {blob}, block_no INTEGER);
+CREATE UNIQUE INDEX messages_source ON messages (thread_id, source_key);
+CREATE INDEX messages_order ON messages (thread_id, sort_ts, id);
+CREATE INDEX messages_tail ON messages (thread_id, sort_ts, id) WHERE block_no IS NULL;
+CREATE INDEX messages_block ON messages (thread_id, block_no);
+CREATE INDEX messages_thread_id ON messages (thread_id, id);
+CREATE TABLE blocks (thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  block_no INTEGER NOT NULL, tokens INTEGER NOT NULL, parts TEXT NOT NULL, PRIMARY KEY (thread_id, block_no));
+CREATE TABLE manifests (thread_id TEXT PRIMARY KEY REFERENCES threads(thread_id) ON DELETE CASCADE,
+  payload TEXT NOT NULL);
+CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+""", None),
+    ("0002_turn_log", """
+CREATE TABLE turn_log (id {id}, thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  at {real} NOT NULL, payload TEXT NOT NULL);
+CREATE INDEX turn_log_thread ON turn_log (thread_id, id);
+""", None),
+    ("0003_retention", "ALTER TABLE threads ADD COLUMN retention_days {real};", None),
+    # COUNT(*) over a million-message thread is a scan; the write that changes a count keeps it.
+    ("0004_thread_counters", """
+ALTER TABLE threads ADD COLUMN n_messages INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN n_vectors INTEGER NOT NULL DEFAULT 0;
+UPDATE threads SET n_messages = (SELECT COUNT(*) FROM messages m WHERE m.thread_id = threads.thread_id),
+  n_vectors = (SELECT COUNT(*) FROM messages m WHERE m.thread_id = threads.thread_id AND m.vector IS NOT NULL);
+""", None),
+    # Query-time state in long-running processes is checked against (uid, generation, version);
+    # the token counters let a budget or a compaction trigger be priced without reading a thread.
+    ("0005_thread_identity_and_costs", """
+ALTER TABLE threads ADD COLUMN uid TEXT;
+ALTER TABLE threads ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN n_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN segment_history {blob};
+ALTER TABLE messages ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX messages_system ON messages (thread_id, id) WHERE role = 'system';
+""", _identity_and_costs),
+    # Lexical candidates for long threads: the terms of each closed block, in full-text search.
+    ("0006_block_terms", {
+        SQLITE: "CREATE VIRTUAL TABLE block_terms USING fts5(body, thread_id UNINDEXED, block_no UNINDEXED, "
+                "tokenize = 'ascii');",
+        POSTGRES: "ALTER TABLE blocks ADD COLUMN terms tsvector; "
+                  "CREATE INDEX blocks_terms ON blocks USING gin (terms);",
+    }, _block_documents),
+    # Summaries, the structured list and its progress live with the messages they come from,
+    # keyed by message ids, so every replica shares them and forgetting reaches them.
+    ("0007_memory", """
+CREATE TABLE summaries (id {id}, thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  upto_ts {real} NOT NULL, upto_id BIGINT NOT NULL, first_ts {real}, covered_tokens INTEGER NOT NULL,
+  text TEXT NOT NULL, model TEXT NOT NULL, llm_ms {real} NOT NULL, created_at TEXT NOT NULL);
+CREATE INDEX summaries_thread ON summaries (thread_id, upto_ts, upto_id);
+CREATE TABLE notes (id {id}, thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  source_id BIGINT NOT NULL, source_ts {real}, kind TEXT NOT NULL, text TEXT NOT NULL, quote TEXT NOT NULL,
+  superseded_by BIGINT, model TEXT NOT NULL, llm_ms {real} NOT NULL, created_at TEXT NOT NULL);
+CREATE INDEX notes_thread ON notes (thread_id, id);
+CREATE INDEX notes_source ON notes (thread_id, source_id);
+ALTER TABLE threads ADD COLUMN notes_ts {real};
+ALTER TABLE threads ADD COLUMN notes_id BIGINT;
+""", None),
+)
+
+
+def script(migration: Migration, dialect: str, types: dict[str, str]) -> list[str]:
+    """The statements of one migration for one backend."""
+    sql = migration[1] if isinstance(migration[1], str) else migration[1][dialect]
+    return [s for s in (part.strip() for part in sql.format(**types).split(";")) if s]

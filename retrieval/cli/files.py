@@ -1,0 +1,139 @@
+"""`semhist ask`, `compare`, `eval` and `index`: a request over a history file or a stored
+thread, side by side, over a benchmark, or indexed ahead of time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from indexers.errors import InputError
+from indexers.loader import load
+from indexers.settings import Budget, Settings
+
+from .. import render
+from ..pipeline import STRATEGIES
+
+log = logging.getLogger("semhist")
+
+
+def load_thread(path: str, thread_id: str | None, settings: Settings):
+    result = load(path, timezone_name=settings.timezone, lenient=settings.lenient)
+    for problem in result.problems:
+        log.warning("skipped %s", problem)
+    return result.only(thread_id)
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    return Budget.parse(args.budget) if args.budget else None
+
+
+def _target(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(history file or None for a stored thread, the request)."""
+    if args.request is None:  # semhist ask --thread ID "request": a stored thread
+        if not args.thread:
+            raise InputError("give a history file and a request, or --thread ID and a request for a stored thread")
+        return None, args.file
+    return args.file, args.request
+
+
+def _results(args: argparse.Namespace, settings: Settings, strategies: list[str]):
+    """Results for a file or a stored thread, and the object to close."""
+    path, request = _target(args)
+    if path is None:
+        from ..history import History
+
+        history = History(settings)
+        if len(strategies) == 1:
+            return [history.ask(args.thread, request, strategy=strategies[0], budget=_budget(args),
+                                answer=getattr(args, "answer", False))], history
+        return history.compare(args.thread, request, strategies, budget=_budget(args)), history
+    from ..engine import Engine
+
+    thread = load_thread(path, args.thread, settings)
+    index = getattr(args, "index", None)
+    engine = Engine(settings, store=index, add_threads=index is None)
+    if len(strategies) == 1:
+        return [engine.ask(thread, request, strategy=strategies[0], budget=_budget(args),
+                           answer=getattr(args, "answer", False))], engine
+    return engine.compare(thread, request, strategies, budget=_budget(args)), engine
+
+
+def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    (result,), owner = _results(args, settings, [args.strategy])
+    try:
+        data = render.ask_dict(result)
+        print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else render.ask_text(data))
+    finally:
+        owner.close()
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
+    wanted = args.strategy or list(STRATEGIES)
+    results, owner = _results(args, settings, wanted)
+    owner.close()
+    skipped = [n for n in wanted if n not in {r.strategy for r in results}]
+    rows = render.compare_rows(results)
+    if args.json:
+        print(json.dumps({"thread": results[0].thread.id, "request": results[0].request,
+                          "full_history_tokens": results[0].full_tokens, "strategies": rows,
+                          "skipped": {n: "needs an LLM" for n in skipped}}, ensure_ascii=False, indent=2))
+        return 0
+    print(render.compare_text(rows, results[0].full_tokens))
+    if settings.llm is None:
+        print("LLM: none configured, so the keyword came from the local extractor "
+              "(set OPENAI_BASE_URL or run semhist llm-server for the LLM keyword)")
+    if skipped:
+        print(f"skipped: {', '.join(skipped)} (they need an LLM to summarize; set OPENAI_BASE_URL "
+              "or run semhist llm-server)")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from tqdm import tqdm
+
+    from ..engine import Engine
+    from ..evaluate import evaluate
+
+    loaded = load(args.dataset, timezone_name=settings.timezone, lenient=settings.lenient)
+    for problem in loaded.problems:
+        log.warning("skipped %s", problem)
+    threads = loaded.threads[: args.limit] if args.limit else loaded.threads
+    engine = Engine(settings)
+    total = sum(1 for t in threads for q in t.queries if q.has_evidence)
+    queries_bar = tqdm(total=total, desc="queries", unit="q", file=sys.stderr, disable=args.quiet)
+
+    def on_thread(thread, n):
+        bar = tqdm(total=n, desc=f"indexing {thread.id}", unit="msg", leave=False, file=sys.stderr,
+                   disable=args.quiet)
+        return bar.update
+
+    try:
+        report = evaluate(engine, threads, args.strategy or ["blocks"], budget=_budget(args),
+                          dataset=Path(args.dataset).name, on_thread=on_thread,
+                          on_query=lambda: queries_bar.update(1))
+    finally:
+        queries_bar.close()
+        engine.close()
+    print(json.dumps(report, ensure_ascii=False) if args.json else render.eval_text(report))
+    return 0
+
+
+def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
+    from tqdm import tqdm
+
+    from ..engine import Engine
+
+    thread = load_thread(args.file, args.thread, settings)
+    engine = Engine(settings, store=args.out)
+    try:
+        with tqdm(total=len(thread.messages), desc="indexing", unit="msg", file=sys.stderr) as bar:
+            index = engine.index(thread, progress=bar.update)
+        print(f"indexed {len(index.rows)} messages in {len(index.blocks)} blocks with {engine.embedder.id} "
+              f"-> {args.out}")
+    finally:
+        engine.close()
+    return 0

@@ -1,0 +1,175 @@
+"""The `semhist` command: a thin shell over the library. Errors become messages and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+from indexers.errors import SemhistError
+from indexers.settings import CACHE, EMBED, INPUT, SEGMENT, STORE, WRITE, Settings
+
+from ..pipeline import STRATEGIES
+from . import files, stored
+from .options import ASKING, FILES, READING, WRITING, add_settings, settings_from
+
+log = logging.getLogger("semhist")
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def cmd_llm_server(args: argparse.Namespace, settings: Settings) -> int:
+    from tqdm import tqdm
+
+    from ..llm.server import MODEL_NAME, model_is_built, model_path, start_server, total_part_bytes, wait_until_ready
+
+    if model_is_built(settings.cache_dir):
+        path = model_path(settings.cache_dir)
+    else:
+        with tqdm(total=total_part_bytes(), desc="assembling the model", unit="B", unit_scale=True,
+                  file=sys.stderr) as bar:
+            path = model_path(settings.cache_dir, progress=bar.update)
+    server = start_server(path, host=args.host, port=args.port, threads=args.threads, ctx_size=args.ctx_size)
+    base = f"http://{args.host}:{args.port}/v1"
+    wait_until_ready(base)
+    print(f"serving {MODEL_NAME} at {base}; to use it:\n"
+          f"  export OPENAI_BASE_URL={base} OPENAI_API_KEY=local SEMHIST_LLM_MODEL={MODEL_NAME}\n"
+          "Ctrl-C stops it.", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        del server
+    return 0
+
+
+def _command(sub, name: str, handler: Handler, groups: tuple[str, ...], **kwargs) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, **kwargs)
+    p.set_defaults(func=handler, groups=groups)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semhist", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", required=True)
+    strategies = list(STRATEGIES)
+    thread_help = "a stored thread's id (then no FILE), or which thread of a file that holds several"
+
+    p = _command(sub, "ask", files.cmd_ask, ASKING,
+                 help="build the prompt for one request over a history file or a stored thread",
+                 usage="semhist ask FILE REQUEST [options] | semhist ask --thread ID REQUEST [options]")
+    p.add_argument("file", metavar="FILE", help="history: JSON list, {\"messages\": [...]}, JSON Lines, or "
+                                               "benchmark threads (omit it to ask a stored thread)")
+    p.add_argument("request", nargs="?", help="the user's new request")
+    p.add_argument("--strategy", default="blocks", choices=strategies)
+    p.add_argument("--budget", help="hard prompt budget: tokens (2000) or share of the full history (10%%)")
+    p.add_argument("--thread", help=thread_help)
+    p.add_argument("--index", help="a directory written by semhist index (skips storing and embedding)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--answer", action="store_true", help="also send the prompt to the LLM and print the reply")
+
+    p = _command(sub, "compare", files.cmd_compare, ASKING, help="one request under every strategy, side by side",
+                 usage="semhist compare FILE REQUEST [options] | semhist compare --thread ID REQUEST [options]")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("request", nargs="?")
+    p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: all")
+    p.add_argument("--budget")
+    p.add_argument("--thread", help=thread_help)
+    p.add_argument("--json", action="store_true")
+
+    p = _command(sub, "eval", files.cmd_eval, FILES, help="benchmark strategies on a dataset with ground truth")
+    p.add_argument("dataset", help="JSON Lines of benchmark threads")
+    p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: blocks")
+    p.add_argument("--budget", help="hard per-query budget: tokens or a share of each thread's history")
+    p.add_argument("--limit", type=int, help="only the first N threads")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    p = _command(sub, "index", files.cmd_index, (EMBED, SEGMENT, INPUT, CACHE),
+                 help="store and embed a history file once, for semhist ask --index")
+    p.add_argument("file")
+    p.add_argument("--out", required=True, help="directory to write")
+    p.add_argument("--thread", help="which thread of a file that holds several")
+
+    p = _command(sub, "ingest", stored.cmd_ingest, WRITING, help="store a history file as a thread (idempotent)")
+    p.add_argument("file")
+    p.add_argument("--thread", help="the stored thread's id (default: the file's thread id)")
+    p.add_argument("--source-thread", help="which thread of the file, when it holds several")
+    p.add_argument("--quiet", action="store_true")
+
+    p = _command(sub, "add", stored.cmd_add, (EMBED, SEGMENT, STORE, WRITE, CACHE),
+                 help="append one message to a stored thread")
+    p.add_argument("text")
+    p.add_argument("--thread", required=True)
+    p.add_argument("--role", default="user", choices=["user", "assistant", "system"])
+    p.add_argument("--name")
+    p.add_argument("--time", help="ISO timestamp (default: now)")
+    p.add_argument("--key", help="the caller's id for the message (e.g. a Teams activity id): adding it again "
+                                 "stores nothing")
+
+    p = _command(sub, "threads", stored.cmd_threads, READING, help="list stored threads")
+    p.add_argument("--json", action="store_true")
+
+    p = _command(sub, "forget", stored.cmd_forget, (SEGMENT, STORE, CACHE),
+                 help="forget a thread, some messages, messages before a date, or expired ones")
+    p.add_argument("--thread")
+    p.add_argument("--message", type=int, action="append", help="a message id (repeat)")
+    p.add_argument("--before", help="forget every message older than this ISO date")
+    p.add_argument("--expired", action="store_true", help="apply every thread's retention period")
+
+    p = _command(sub, "reindex", stored.cmd_reindex, (EMBED, SEGMENT, STORE, WRITE, CACHE),
+                 help="embed and segment stored threads again with the current settings")
+    p.add_argument("--thread", help="one thread (default: all)")
+    p.add_argument("--quiet", action="store_true")
+
+    p = _command(sub, "log", stored.cmd_log, READING,
+                 help="what every ask of a thread sent: keyword, blocks, scores, tokens, timings")
+    p.add_argument("--thread", required=True)
+    p.add_argument("--limit", type=int, help="the newest N asks")
+    p.add_argument("--json", action="store_true")
+
+    p = _command(sub, "retention", stored.cmd_retention, READING, help="keep a thread's messages for N days only (or off)")
+    p.add_argument("--thread", required=True)
+    p.add_argument("--days", required=True, help="days, or off")
+
+    p = _command(sub, "stats", stored.cmd_stats, READING,
+                 help="monitoring figures from the turn log: tokens sent vs full history, compactions, LLM cost")
+    p.add_argument("--thread", help="one thread only")
+    p.add_argument("--json", action="store_true")
+
+    p = _command(sub, "llm-server", cmd_llm_server, (CACHE,),
+                 help="serve the packaged local LLM on 127.0.0.1 (OpenAI-compatible)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for generation (1)")
+    p.add_argument("--ctx-size", type=int, default=8192)
+
+    for name, command in sub.choices.items():
+        add_settings(command, command.get_default("groups"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="semhist: %(levelname)s: %(message)s")
+    try:
+        return args.func(args, settings_from(args))
+    except SemhistError as exc:
+        print(f"semhist: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("semhist: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

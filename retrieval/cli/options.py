@@ -1,0 +1,65 @@
+"""Command-line options derived from the settings: each field's flag, type, choices, help and
+default come from `indexers.settings`, so the CLI cannot drift from the code."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, Field
+
+from indexers.settings import (CACHE, EMBED, INPUT, KEYWORD, MEMORY, SEARCH, SEGMENT, SERVE, STORE, WRITE, Settings,
+                               settings_fields)
+
+GROUP_TITLES = {
+    EMBED: "embedding", SEGMENT: "segmentation (recorded with a stored thread)", SEARCH: "selection",
+    KEYWORD: "request analysis", MEMORY: "summary and structured memory", INPUT: "reading history files",
+    STORE: "store", WRITE: "writing to the store", SERVE: "stored threads in memory", CACHE: "caches",
+}
+# what each command uses
+FILES = (EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, CACHE)
+ASKING = FILES + (STORE, WRITE, SERVE)
+WRITING = (EMBED, SEGMENT, INPUT, STORE, WRITE, CACHE)
+READING = (STORE,)
+
+
+def _flag(f: Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _default(f: Field):
+    if f.default is not MISSING:
+        return f.default
+    return "the user " + ("cache" if f.name == "cache_dir" else "data") + " directory"
+
+
+def _type(f: Field):
+    kind = str(f.type)
+    if kind.startswith("float"):
+        return float
+    if kind.startswith("int"):
+        return int
+    return str
+
+
+def add_settings(parser: argparse.ArgumentParser, groups: tuple[str, ...]) -> None:
+    """Add the options of these setting groups (explicit flags beat SEMHIST_* variables)."""
+    made: dict[str, argparse._ArgumentGroup] = {}
+    for f in settings_fields(set(groups)):
+        group_name = f.metadata["group"]
+        if group_name not in made:
+            made[group_name] = parser.add_argument_group(GROUP_TITLES[group_name])
+        default = _default(f)
+        shown = "off" if default is None else default
+        help_text = f"{f.metadata['help']} (default: {shown}; SEMHIST_{f.name.upper()})"
+        options = {"dest": f.name, "default": None, "help": help_text.replace("%", "%%")}
+        if str(f.type).startswith("bool"):
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = _type(f)
+            if f.metadata.get("choices"):
+                options["choices"] = f.metadata["choices"]
+        made[group_name].add_argument(_flag(f), **options)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Settings from the options given (None: not given), the environment and the defaults."""
+    return Settings.load(**{f.name: getattr(args, f.name, None) for f in settings_fields()})

@@ -1,0 +1,289 @@
+"""Stored threads: the facade a long-running bot uses. Append in milliseconds, ask against the
+store, forget on request, and log what every prompt was built from.
+
+Writes go to the store and update this process's state of the thread; asks read that state
+(one marker read tells whether another process wrote). Files take the same path through a
+store of their own (`retrieval.Engine`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+from indexers.errors import InputError
+from indexers.index import manifest as manifests
+from indexers.index.thread_index import ThreadIndex
+from indexers.index.vectors import ThreadVectors
+from indexers.ingest import IngestResult, Ingestor, cutoff, source_key
+from indexers.loader import loads
+from indexers.model import Thread
+from indexers.pii import masker_from_setting
+from indexers.segment import get_segmenter
+from indexers.settings import Budget, Settings
+from indexers.store import Marker, SQLStore, StoredMessage, check_thread_id, open_store
+
+from ..llm import LLMClient, make_llm
+from ..memory import Memory, check_llm, memory_needs
+from ..pipeline import AskResult, Asker, get_strategy
+from .maintenance import Maintenance
+from .states import Entry, ThreadStates
+from .turns import turn_record
+from .views import candidate_view
+
+RETENTION_CHECK_S = 60.0
+
+
+class History(Maintenance):
+    def __init__(self, settings: Settings | None = None, *, store: SQLStore | None = None,
+                 llm: LLMClient | None | str = "auto", cache_writes: bool = False):
+        self.settings = settings or Settings.load()
+        self._store = store
+        self._llm_arg = llm
+        self._cache_writes = cache_writes  # files: vectors of what is stored go to the embedding cache too
+
+    # -- the parts, made on first use ------------------------------------------------------
+    @cached_property
+    def store(self) -> SQLStore:
+        return self._store or open_store(self.settings.db_url)
+
+    @cached_property
+    def llm(self) -> LLMClient | None:
+        return make_llm(self.settings.llm) if self._llm_arg == "auto" else self._llm_arg  # type: ignore[return-value]
+
+    @cached_property
+    def embedder(self) -> CachedEmbedder:
+        """Embeds requests (and, for files, messages) through the content-hash cache."""
+        return CachedEmbedder(get_embedder(self.settings.embedder), EmbeddingCache(self.settings.cache_dir /
+                                                                                   "embeddings.sqlite3"))
+
+    @cached_property
+    def segmenter(self):
+        return get_segmenter(self.settings.segmenter, **self.settings.segment_params)
+
+    @cached_property
+    def ingestor(self) -> Ingestor:
+        s = self.settings
+        # The store keeps every vector of a stored thread, so its writes skip the embedding
+        # cache: forgetting then has one place to erase.
+        embedder = self.embedder if self._cache_writes else get_embedder(s.embedder)
+        return Ingestor(self.store, embedder, self.segmenter, masker_from_setting(s.pii), s.batch_size)
+
+    @cached_property
+    def asker(self) -> Asker:
+        return Asker(self.settings, self.embedder, self.llm)
+
+    @cached_property
+    def memory(self) -> Memory:
+        return Memory(self.store, self.llm, self.settings)
+
+    @cached_property
+    def _executor(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="semhist-index")
+
+    @cached_property
+    def states(self) -> ThreadStates:
+        s = self.settings
+        return ThreadStates(self.store, self.embedder.dim, self.segmenter, s.view_limit, self._thread_vectors,
+                            s.cache_threads, s.cache_mb * 2**20)
+
+    def _thread_vectors(self, thread_id: str) -> ThreadVectors:
+        s = self.settings
+        return ThreadVectors(self.store, thread_id, s.index_dir, self.embedder.id, self.embedder.dim,
+                             s.ann_threshold, submit=self._executor.submit)
+
+    @cached_property
+    def wanted_manifest(self) -> dict[str, Any]:
+        return manifests.manifest(self.settings, self.embedder.id, self.embedder.dim)
+
+    # -- writes --------------------------------------------------------------------------
+    def ingest(self, thread_id: str, thread: Thread, progress: Callable[[int], None] | None = None) -> IngestResult:
+        """Store a whole history; messages already stored from the same input are skipped."""
+        keys = [source_key(i, m) for i, m in enumerate(thread.messages)]
+        return self._write(thread_id, thread.messages, keys, progress)
+
+    def add(self, thread_id: str, role: str, content: str, *, name: str | None = None,
+            timestamp: datetime | None = None, key: str | None = None) -> int:
+        """Append one message (one embedding plus O(1) store work); returns its id. `key`
+        (e.g. a Teams activity id) makes adding the same message twice a no-op: the id of
+        the stored one comes back."""
+        check_thread_id(thread_id)
+        if not content.strip():
+            raise InputError("the message text is empty")
+        raw = {"role": role, "content": content, "timestamp": (timestamp or datetime.now(timezone.utc)).isoformat()}
+        if name:
+            raw["name"] = name
+        msg = loads(json.dumps([raw], ensure_ascii=False)).threads[0].messages[0]  # same validation as files
+        result = self._write(thread_id, [msg], [key])
+        if result.ids:
+            return result.ids[0]
+        return self.store.id_of(thread_id, key)
+
+    def _write(self, thread_id: str, messages, keys, progress=None) -> IngestResult:
+        check_thread_id(thread_id)
+        entry = self.states.entry(thread_id)
+        self._verify(entry, create=True)
+        result = self.ingestor.append(thread_id, messages, keys, progress)
+        for write in result.writes:
+            self.states.after_write(thread_id, write)
+        self._retention(entry)
+        return result
+
+    def _verify(self, entry: Entry, create: bool = False) -> None:
+        """Refuse a thread stored with another embedder or segmentation; a write to a new
+        thread (or one with an older manifest) records ours."""
+        if entry.verified:
+            return
+        stored = self.store.manifest(entry.thread_id)
+        manifests.check(stored, self.wanted_manifest, entry.thread_id, self.settings)
+        if create and not manifests.complete(stored, self.wanted_manifest):
+            self.store.put_manifest(entry.thread_id, {**self.wanted_manifest, **(stored or {})})
+        entry.verified = stored is not None or create
+
+    def _retention(self, entry: Entry) -> None:
+        # Retention is counted in days: checking it once a minute per thread is exact enough
+        # and keeps a read off every append.
+        now = time.monotonic()
+        if now - entry.retention_checked >= RETENTION_CHECK_S:
+            entry.retention_checked = now
+            days = self.store.retention(entry.thread_id)
+            if days is not None:
+                self.forget(entry.thread_id, before=cutoff(days, datetime.now(timezone.utc)))
+
+    # -- reads ---------------------------------------------------------------------------
+    def _current(self, thread_id: str) -> tuple[Entry, Marker]:
+        """The thread's entry, brought up to date (call with entry.lock held)."""
+        marker = self.store.marker(check_thread_id(thread_id))
+        if marker is None:
+            dropped = self.states.discard(thread_id)
+            if dropped is not None and dropped.vectors is not None:
+                dropped.vectors.drop()
+            raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
+        entry = self.states.entry(thread_id)
+        if entry.marker is not None and entry.marker.uid != marker.uid:
+            entry.verified = False  # forgotten and started again: another thread under the same id
+        self._verify(entry)
+        return entry, marker
+
+    def index(self, thread_id: str) -> ThreadIndex:
+        """The thread's whole index as it stands (threads up to `view_limit` messages)."""
+        entry, marker = self._current(thread_id)
+        with entry.lock:
+            self.states.current(entry, marker)
+            if entry.index is None:
+                raise InputError(f"thread {thread_id} has {marker.messages} messages, more than view_limit "
+                                 f"({self.settings.view_limit}): it is searched through candidate views")
+            return entry.index
+
+    def vectors(self, thread_id: str) -> ThreadVectors:
+        """The thread's FAISS index (threads above `view_limit`; opened on first use)."""
+        entry, marker = self._current(thread_id)
+        with entry.lock:
+            if entry.vectors is None:
+                entry.vectors = self._thread_vectors(thread_id).open(marker)
+            else:
+                entry.vectors.catch_up(marker)
+            return entry.vectors
+
+    def search(self, thread_id: str, vector: np.ndarray, k: int = 10) -> list[tuple[StoredMessage, float]]:
+        """The k stored messages nearest to a query vector, with their cosine."""
+        entry, marker = self._current(thread_id)
+        with entry.lock:
+            self.states.current(entry, marker)
+            if entry.index is not None:
+                scores, rows = entry.index.vectors.search(vector, k)
+                ids = [entry.index.messages[entry.index.rows[r]].index for r in rows]
+            else:
+                scores, found = entry.vectors.search(vector, k)
+                ids = [int(i) for i in found]
+        stored = {m.id: m for m in self.store.messages(thread_id, ids=ids)}
+        return [(stored[i], float(s)) for s, i in zip(scores, ids) if i in stored]
+
+    def ask(self, thread_id: str, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
+            answer: bool = False, log_turn: bool = True, keywords=None) -> AskResult:
+        """Build the prompt for a stored thread and record what went into it."""
+        return self.compare(thread_id, request, [strategy], budget=budget, answer=answer, log_turn=log_turn,
+                            keywords=keywords, strict=True)[0]
+
+    def compare(self, thread_id: str, request: str, strategies: Iterable[str], *, budget: Budget | None = None,
+                answer: bool = False, log_turn: bool = True, keywords=None, strict: bool = False) -> list[AskResult]:
+        """The same request under several strategies; the keyword is extracted once. A
+        strategy that needs an LLM when none is configured is left out (the caller says so),
+        or refused when `strict`."""
+        start = time.perf_counter()
+        if not request.strip():
+            raise InputError("the request is empty")
+        names = []
+        for name in strategies:
+            get_strategy(name)  # an unknown name fails before any work
+            needs = memory_needs(name, self.settings)
+            if strict:
+                check_llm(needs, self.llm)
+            if self.llm is not None or not needs:
+                names.append(name)
+        entry, marker = self._current(thread_id)
+        if keywords is None and any(get_strategy(n).uses_search for n in names):
+            keywords = self.asker.keywords(request, self._anchor(entry, thread_id))
+        vector = self.asker.query_vector(keywords) if keywords is not None else None
+        out = []
+        for name in names:
+            began = time.perf_counter()
+            with entry.lock:
+                index = self._searched(entry, marker, vector, keywords)
+                viewed = time.perf_counter()
+                needs = memory_needs(name, self.settings)
+                plan = self.memory.plan(index, needs, request, self.asker.limit(index, request, name, budget)) \
+                    if needs else None
+            memory = self.memory.run(plan) if plan else None  # LLM calls: the thread stays open to writes
+            with entry.lock:
+                if memory is not None and index.whole:
+                    index = self._searched(entry, self.store.marker(thread_id) or marker, vector, keywords)
+                result = self.asker.ask(index, request, strategy=name, budget=budget, keywords=keywords,
+                                        vector=vector, memory=memory)
+            if answer:
+                result = self.asker.answer(result)
+            if log_turn:
+                timings = {"view_ms": round((viewed - began) * 1000, 2),
+                           "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
+                self.store.log_turn(thread_id, turn_record(result, index, self.ingestor.masker, timings))
+            out.append(result)
+        return out
+
+    def _searched(self, entry: Entry, marker: Marker, vector, keywords) -> ThreadIndex:
+        """What this request searches: the whole thread, or a long thread's candidate view."""
+        self.states.current(entry, marker)
+        if entry.index is not None:
+            return entry.index
+        return candidate_view(self.store, entry.vectors, marker, vector, keywords, self.embedder.dim, self.segmenter)
+
+    def _anchor(self, entry: Entry, thread_id: str):
+        """The time of the thread's last message: relative dates ("last week") count from it."""
+        index = entry.index
+        if index is not None and entry.marker is not None and index.marker == entry.marker:
+            return index.last_time
+        last = [m for m in self.store.messages(thread_id, last=1) if m.timestamp]
+        return last[-1].timestamp if last else None
+
+    def threads(self):
+        return self.store.threads()
+
+    def log(self, thread_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        self._current(thread_id)
+        return self.store.turns(thread_id, limit)
+
+    def close(self) -> None:
+        """Finish background index work and write the FAISS files of long threads."""
+        if "_executor" in self.__dict__:
+            self._executor.shutdown(wait=True)
+        if "states" in self.__dict__:
+            self.states.save_all()
+        if "store" in self.__dict__ and self._store is None:
+            self.store.close()

@@ -1,0 +1,68 @@
+"""Forgetting, retention and re-embedding of stored threads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from indexers.embed import PASSAGE, cache_key
+from indexers.errors import InputError
+from indexers.index import manifest as manifests
+from indexers.ingest import cutoff
+from indexers.model import embedding_text
+from indexers.store import StoredMessage, check_thread_id
+
+from indexers.index.thread_index import as_message
+
+
+class Maintenance:
+    def forget(self: Any, thread_id: str, *, ids: list[int] | None = None, before: datetime | None = None) -> int:
+        """Forget the whole thread (no ids, no date), some messages, or all before a date:
+        text, vectors, cached embeddings, index files, summaries and statements, turn log.
+        Every process notices at its next read of the thread."""
+        check_thread_id(thread_id)
+        whole = ids is None and before is None
+        if whole:
+            gone = self.store.forget_thread(thread_id)
+        else:
+            gone = self.store.forget_messages(thread_id, ids=ids, before=before)
+        if gone or whole:
+            self._purge(thread_id, gone)
+            if not whole and self.store.count(thread_id):
+                self.store.resegment(thread_id, self.ingestor.segment_tail)
+        return len(gone)
+
+    def _purge(self: Any, thread_id: str, gone: list[StoredMessage]) -> None:
+        cache = self.embedder.cache
+        cache.delete_many([cache_key(self.embedder.id, PASSAGE, embedding_text(as_message(m))) for m in gone])
+        entry = self.states.discard(thread_id)
+        vectors = entry.vectors if entry is not None and entry.vectors is not None else self._thread_vectors(thread_id)
+        vectors.drop()
+
+    def set_retention(self: Any, thread_id: str, days: float | None) -> int:
+        """Keep the thread's messages `days` days (None: forever); applies it now and on
+        writes (other processes notice within a minute). Returns how many were forgotten."""
+        self._current(thread_id)
+        self.store.set_retention(thread_id, days)
+        entry = self.states.peek(thread_id)
+        if entry is not None:
+            entry.retention_checked = float("-inf")
+        if days is None:
+            return 0
+        return self.forget(thread_id, before=cutoff(days, datetime.now(timezone.utc)))
+
+    def forget_expired(self: Any) -> dict[str, int]:
+        now = datetime.now(timezone.utc)
+        return {info.thread_id: self.forget(info.thread_id, before=cutoff(info.retention_days, now))
+                for info in self.store.threads() if info.retention_days is not None}
+
+    def reindex(self: Any, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
+        """Embed the thread again with the current embedder, segment it again with the
+        current settings, and record them; the index is rebuilt on the next read."""
+        if not self.store.has_thread(check_thread_id(thread_id)):
+            raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
+        n = self.ingestor.reembed(thread_id, progress)
+        self.store.put_manifest(thread_id, manifests.manifest(self.settings, self.embedder.id, self.embedder.dim))
+        self._purge(thread_id, [])
+        return n

@@ -1,0 +1,35 @@
+"""The turn log: what each ask sent and why, enough to answer "why did the bot forget X"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from indexers.index.thread_index import ThreadIndex
+from indexers.pii import Masker
+
+from ..pipeline.asker import AskResult
+
+
+def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, timings: dict[str, float]) -> dict[str, Any]:
+    kw, thread, mem = result.keywords, result.thread, result.memory
+    mask = masker or (lambda text: text)
+    blocks = [{"block_messages": [thread.messages[r.message_ids[0]].index, thread.messages[r.message_ids[-1]].index],
+               "score": round(r.score, 4) if r.score is not None else None}
+              for r in result.prompt.selection.retrieved]
+    return {
+        "request": mask(result.request), "strategy": result.strategy,
+        "keyword": [mask(k) for k in kw.keywords] if kw else None, "extractor": kw.source if kw else None,
+        "extractor_reason": kw.reason if kw else None, "intent": kw.intent if kw else None,
+        "time_range": str(kw.time_range) if kw and kw.time_range else None,
+        "retrieved": blocks, "prompt_tokens": result.prompt.tokens, "budget_tokens": result.budget_tokens,
+        "full_tokens": result.full_tokens, "llm_calls": result.llm_calls,
+        "view": {"messages": len(index), "whole_thread": index.whole},
+        "memory": None if mem is None else {
+            "llm_calls": mem.llm_calls, "call_ms": [round(ms, 1) for ms in mem.call_ms], "compacted": mem.compacted, "summaries": mem.summaries,
+            "extracted": mem.extracted, "backlog": mem.backlog, "notes": len(mem.notes),
+            "summary_upto": list(mem.summary.upto) if mem.summary else None},
+        "timings_ms": {**timings, "keyword_ms": round(kw.ms, 2) if kw else 0.0,
+                       "selection_ms": round(result.selection_ms, 2)},
+        "answered": result.answer is not None,
+        "notes": list(result.prompt.notes),
+    }

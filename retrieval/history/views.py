@@ -1,0 +1,66 @@
+"""The candidate view of a thread longer than `view_limit`: what one request searches.
+
+The blocks of the nearest messages in the thread's FAISS index (HNSW when large), the blocks
+whose terms match best in the store's full-text index (the same janome/Snowball terms the
+ranker uses), the messages of a time the request names, the recent turns, the open block
+and every operator instruction. Retrieval then runs on that view exactly as on a whole
+thread, so a request costs the same at 1M messages as at 10k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from indexers.index.thread_index import ThreadIndex
+from indexers.index.vectors import ThreadVectors
+from indexers.segment import Segmenter
+from indexers.store import Marker, SQLStore, StoredMessage
+
+from ..pipeline.keyword import KeywordResult
+
+CANDIDATE_HITS = 32  # nearest messages whose blocks enter the view
+DENSE_BLOCKS = 16  # at most this many of their blocks (a budget holds far fewer)
+LEXICAL_BLOCKS = 16  # blocks taken for their terms
+RECENT_VIEW = 40  # latest messages always in the view
+TIME_MESSAGES = 400  # messages of a named time, the earliest first
+
+
+def candidate_view(store: SQLStore, vectors: ThreadVectors, marker: Marker, query: np.ndarray | None,
+                   keywords: KeywordResult | None, dim: int, segmenter: Segmenter) -> ThreadIndex:
+    thread_id = vectors.thread_id
+    chosen = _dense_blocks(store, vectors, query) if query is not None else []
+    if keywords is not None:
+        chosen += [no for no, _ in store.search_blocks(thread_id, keywords.terms, LEXICAL_BLOCKS) if no not in chosen]
+    blocks = store.blocks(thread_id, sorted(chosen))
+    wanted = {i for b in blocks for i in b.message_ids}
+    wanted |= {m.id for m in store.messages(thread_id, last=RECENT_VIEW)}
+    wanted |= {m.id for m in store.tail(thread_id, with_vectors=False)}
+    wanted |= {m.id for m in store.system_messages(thread_id)}
+    if keywords is not None and keywords.time_range is not None:
+        span = keywords.time_range
+        wanted |= {m.id for m in store.in_time(thread_id, span.start.timestamp(), span.end.timestamp(), TIME_MESSAGES)}
+    stored = _with_vectors(store, vectors, store.messages(thread_id, ids=sorted(wanted)))
+    index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False)
+    index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
+    return index
+
+
+def _dense_blocks(store: SQLStore, vectors: ThreadVectors, query: np.ndarray) -> list[int]:
+    _, hits = vectors.search(query, CANDIDATE_HITS)
+    owners = store.block_of(vectors.thread_id, [int(i) for i in hits])
+    ranked = dict.fromkeys(owners[int(i)] for i in hits if owners.get(int(i)) is not None)
+    return [b for b in ranked if b >= 0][:DENSE_BLOCKS]  # best-ranked first
+
+
+def _with_vectors(store: SQLStore, vectors: ThreadVectors, stored: list[StoredMessage]) -> list[StoredMessage]:
+    """Vectors come from the FAISS index in memory, not as 2 KB blobs over the wire; what it
+    does not hold yet (stored by another process a moment ago) is read from the store."""
+    searchable = [m.id for m in stored if m.role != "system"]
+    found = vectors.vectors_of(searchable)
+    missing = [i for i in searchable if i not in found]
+    if missing:
+        found.update({m.id: m.vector for m in store.messages(vectors.thread_id, ids=missing, with_vectors=True)
+                      if m.vector is not None})
+    return [replace(m, vector=found[m.id]) if m.id in found else m for m in stored]

@@ -1,0 +1,177 @@
+"""Compaction: the rolling summary and the structured list of user statements, read from the
+store and written back to it, keyed by message ids.
+
+The summary is incremental: the previous summary plus the turns that aged out of the recent
+window since, never the whole history again. The structured list reads each user message
+once, ever, in order; its progress is stored with the statement it found, so a replica or a
+later ask continues where the last one stopped. Both spend at most a given number of LLM
+calls per ask: a backlog (a long thread switched to `structured`) is caught up over asks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+
+from indexers.errors import BackendError
+from indexers.store import Key, NoteRecord, SQLStore, StoredMessage, SummaryRecord
+from indexers.store.rows import now_iso
+from indexers.tokens import count_text
+
+from ..llm import LLMClient
+from ..pipeline.select import MemoryResult, message_line
+
+SUMMARY_PROMPT = (
+    "You maintain the running summary of a long chat so that it can continue without the old "
+    "turns. Update the summary with the new turns. Keep the user's goals, preferences and "
+    "constraints, decisions, open questions, and every number, date, place and name exactly as "
+    "said. Add nothing that was not said; no advice, no commentary. Write in the language of the "
+    "conversation, as short factual bullet points."
+)
+NOTES_PROMPT = (
+    "Classify the user's message for a memory of what the user said. kind: constraint (a limit, "
+    "budget, allergy, something to avoid or a rule for the answers), preference (likes, dislikes), "
+    "decision (a choice made), fact (about the user or their setup: place, name, number, date, "
+    "device, schedule), or none (greetings, questions, small talk). text: the thing to remember, "
+    "short. replaces: the id of a Known item this message changes or contradicts, else null. "
+    "Answer JSON only."
+)
+# One message per call: a 1.5B model given a batch listed only some of them (2 of 6 probe
+# batches complete); one at a time it found 23 of 23 probe statements (benchmarks/probes.md).
+NOTES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "kind": {"type": "string", "enum": ["constraint", "preference", "decision", "fact", "none"]},
+        "text": {"type": "string", "maxLength": 100},
+        "replaces": {"type": ["integer", "null"]},
+    },
+    "required": ["kind", "text", "replaces"],
+}
+_SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
+PAGE = 256  # messages read from the store at a time
+
+
+def only_questions(text: str) -> bool:
+    """True when every sentence of the message is a question: nothing stated to remember.
+    ("Our servers are in Frankfurt. How do I read the logs?" still states something.)"""
+    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    return bool(sentences) and all(s.endswith(("?", "？")) for s in sentences)
+
+
+class Compactor:
+    def __init__(self, llm: LLMClient, store: SQLStore, chunk_tokens: int = 1200):
+        self.llm = llm
+        self.store = store
+        self.chunk_tokens = chunk_tokens
+
+    def _call(self, result: MemoryResult, messages: list[dict], **kwargs) -> str:
+        began = time.perf_counter()
+        try:
+            return self.llm.chat(messages, **kwargs)
+        finally:
+            ms = (time.perf_counter() - began) * 1000
+            result.llm_calls += 1
+            result.llm_ms += ms
+            result.call_ms.append(ms)
+
+    def summarize_through(self, thread_id: str, upto: Key, result: MemoryResult, *, max_tokens: int = 400,
+                          calls: int = 16) -> SummaryRecord | None:
+        """Extend the stored summary towards `upto` (inclusive), chunk by chunk, with at most
+        `calls` LLM calls; the summary is kept under `max_tokens` so it fits the budget it
+        serves. Operator instructions (system messages) are never handed to the summarizer."""
+        current = self.store.summary(thread_id)
+        while True:
+            page = self.store.between(thread_id, current.upto if current else None, upto, limit=PAGE)
+            full = len(page) == PAGE
+            chunks = _chunks([m for m in page if m.role != "system"], self.chunk_tokens)
+            if full and len(chunks) > 1:
+                chunks = chunks[:-1]  # the last one may go on in the next page
+            for chunk in chunks:
+                if calls <= 0:
+                    result.backlog += 1
+                    return current
+                current = self._summarize(thread_id, current, chunk, result, max_tokens)
+                calls -= 1
+            if not full or not chunks:
+                return current
+
+    def _summarize(self, thread_id: str, current: SummaryRecord | None, chunk: list[StoredMessage],
+                   result: MemoryResult, max_tokens: int) -> SummaryRecord:
+        lines = "\n".join(message_line(m) for m in chunk if m.role != "system")
+        prompt = (f"Summary so far:\n{current.text if current else '(none yet)'}\n\nNew turns:\n{lines}\n\n"
+                  f"Write the updated summary in at most {max(20, max_tokens * 2 // 3)} words.")
+        began = time.perf_counter()
+        text = self._call(result, [{"role": "system", "content": SUMMARY_PROMPT},
+                                   {"role": "user", "content": prompt}], max_tokens=max_tokens).strip()
+        if not text:
+            raise BackendError(f"{self.llm.model} returned an empty summary")
+        covered = (current.covered_tokens if current else 0) + sum(m.tokens for m in chunk if m.role != "system")
+        first = current.first_ts if current else chunk[0].sort_ts
+        record = SummaryRecord(chunk[-1].key, text, self.llm.model, covered, now_iso(), first, chunk[-1].sort_ts)
+        self.store.put_summary(thread_id, record, (time.perf_counter() - began) * 1000)
+        result.compacted = True
+        result.summaries += 1
+        return record
+
+    def extract_through(self, thread_id: str, upto: Key, result: MemoryResult, *, calls: int = 16) -> None:
+        """Read each user message up to `upto` that the list has not read, with at most
+        `calls` LLM calls. Questions and empty messages are passed over without a call."""
+        written = done = self.store.notes_progress(thread_id)
+        while True:
+            page = self.store.between(thread_id, done, upto, role="user", limit=PAGE)
+            for m in page:
+                if m.content.strip() and not only_questions(m.content):
+                    if calls <= 0:
+                        result.backlog += 1
+                        page = []
+                        break
+                    self._extract(thread_id, m, result)
+                    calls -= 1
+                    written = m.key
+                done = m.key
+            if len(page) < PAGE:
+                break
+        if done is not None and done != written:
+            self.store.record_extraction(thread_id, done, None, self.llm.model, 0.0)
+
+    def _extract(self, thread_id: str, m: StoredMessage, result: MemoryResult) -> None:
+        known = self.store.notes(thread_id)[-10:]
+        reply = self._call(result, [{"role": "system", "content": NOTES_PROMPT},
+                                    {"role": "user", "content": _notes_request(m.content, known)}],
+                           json_schema=NOTES_SCHEMA, max_tokens=120)
+        note = parse_note(reply, {n.id for n in known})
+        row = (m.id, m.sort_ts, note[0], note[1], m.content, note[2]) if note else None
+        self.store.record_extraction(thread_id, m.key, row, self.llm.model, result.call_ms[-1])
+        result.extracted += 1
+
+
+def _notes_request(text: str, known: Sequence[NoteRecord]) -> str:
+    head = "Known: " + ("; ".join(f"(id {n.id}) {n.kind}: {n.text}" for n in known) if known else "none")
+    return f"{head}\n\nUser message: {text}"
+
+
+def parse_note(reply: str, known_ids: set[int]) -> tuple[str, str, int | None] | None:
+    """(kind, text, replaces) from the model's JSON, or None for 'none' or an unusable reply."""
+    try:
+        data = json.loads(reply[reply.index("{"):reply.rindex("}") + 1])
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("kind") not in ("constraint", "preference", "decision", "fact"):
+        return None
+    replaces = data.get("replaces") if data.get("replaces") in known_ids else None
+    return data["kind"], str(data.get("text") or "").strip()[:200], replaces
+
+
+def _chunks(messages: Sequence[StoredMessage], limit: int) -> list[list[StoredMessage]]:
+    chunks: list[list[StoredMessage]] = []
+    size = limit + 1
+    for m in messages:
+        cost = count_text(message_line(m)) + 1 if m.role != "system" else 0
+        if size + cost > limit and (not chunks or chunks[-1]):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(m)
+        size += cost
+    return [c for c in chunks if c]

@@ -1,0 +1,104 @@
+"""The query stages wired together: request -> keyword -> search -> select -> assemble (->
+answer), over the index of one thread. Stateless between requests."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+import numpy as np
+
+from indexers.embed import Embedder
+from indexers.errors import ConfigError, InputError
+from indexers.index.thread_index import ThreadIndex
+from indexers.model import Thread
+from indexers.settings import Budget, Settings
+
+from ..llm import LLMClient
+from .assemble import Prompt, fit, fixed_cost
+from .keyword import KeywordResult, extract_keywords
+from .search import embed_query
+from .select import MemoryResult
+from .strategies import get_strategy, strategy_input
+
+BUDGETED = ("token-budget", "summary", "structured")  # strategies that always work to a budget
+
+
+@dataclass(frozen=True)
+class AskResult:
+    """Everything one request produced: what was searched, what was kept, the prompt.
+    Message positions refer to `thread` (for a stored thread, message indices are store ids)."""
+
+    strategy: str
+    request: str
+    prompt: Prompt
+    full_tokens: int
+    budget_tokens: int | None
+    keywords: KeywordResult | None
+    thread: Thread
+    block_scores: dict[int, float] = field(default_factory=dict)
+    selection_ms: float = 0.0
+    answer: str | None = None
+    memory: MemoryResult | None = None
+
+    @property
+    def llm_calls(self) -> int:
+        return ((self.keywords.llm_calls if self.keywords else 0) + (1 if self.answer is not None else 0)
+                + (self.memory.llm_calls if self.memory else 0))
+
+    @property
+    def included(self) -> frozenset[int]:
+        return self.prompt.selection.included
+
+
+class Asker:
+    def __init__(self, settings: Settings, embedder: Embedder, llm: LLMClient | None):
+        self.settings, self.embedder, self.llm = settings, embedder, llm
+
+    def keywords(self, request: str, anchor: datetime | None = None) -> KeywordResult:
+        """What to search for; relative dates resolve against `anchor` (the thread's last message)."""
+        s = self.settings
+        return extract_keywords(request, self.llm if s.keyword != "local" else None, s.keyword, anchor)
+
+    def query_vector(self, keywords: KeywordResult) -> np.ndarray:
+        return embed_query(self.embedder, keywords.query)
+
+    def full_tokens(self, index: ThreadIndex, request: str) -> int:
+        return fixed_cost(index.thread, request, self.settings.system_prompt) + index.history_tokens
+
+    def limit(self, index: ThreadIndex, request: str, strategy: str, budget: Budget | None) -> int | None:
+        if budget is not None:
+            return budget.tokens(self.full_tokens(index, request))
+        return self.settings.history_budget if strategy in BUDGETED else None
+
+    def ask(self, index: ThreadIndex, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
+            keywords: KeywordResult | None = None, vector: np.ndarray | None = None,
+            memory: MemoryResult | None = None) -> AskResult:
+        """Build the prompt for `request` with one strategy."""
+        s = self.settings
+        if not request.strip():
+            raise InputError("the request is empty")
+        strat = get_strategy(strategy)
+        full = self.full_tokens(index, request)
+        limit = self.limit(index, request, strategy, budget)
+        start = time.perf_counter()
+        if strat.uses_search:
+            keywords = keywords or self.keywords(request, index.last_time)
+            vector = vector if vector is not None else self.query_vector(keywords)
+        selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory))
+        prompt = fit(index.thread, selection, request, limit, system_prompt=s.system_prompt,
+                     context_role=s.context_role, alternate=s.alternate)
+        if memory is not None and memory.problems:
+            prompt = replace(prompt, notes=prompt.notes + tuple(memory.problems))
+        elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)
+        scores = {r.block_id: r.score for r in selection.retrieved if r.block_id is not None and r.score is not None}
+        return AskResult(strategy, request, prompt, full, limit, keywords if strat.uses_search else None,
+                         index.thread, scores, elapsed, memory=memory)
+
+    def answer(self, result: AskResult) -> AskResult:
+        if self.llm is None:
+            raise ConfigError("--answer needs an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY (or the "
+                              "AZURE_OPENAI_* variables) and SEMHIST_LLM_MODEL, or run semhist llm-server")
+        reply = self.llm.chat(list(result.prompt.messages), max_tokens=1024)
+        return replace(result, answer=reply)

@@ -1,0 +1,148 @@
+"""Query time, stage 3: which messages go into the prompt.
+
+History is cut in *turn units*: a user message with the assistant and tool messages that
+follow it. Cutting only between units keeps the history starting on a user turn and never
+separates a tool call from its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from indexers.model import Message, Thread
+from indexers.store import NoteRecord, StoredMessage, SummaryRecord
+from indexers.tokens import count_text
+
+PROTECTED_UNITS = 2  # the last two exchanges stay verbatim ("それ" needs them)
+RUN_OVERHEAD = 8  # tokens of a stretch's [date time] header line, on average
+MIN_USEFUL = 40  # below this many free tokens, packing stops
+
+
+def message_line(msg: Message | StoredMessage) -> str:
+    """How one old message reads inside the context message or a summarizer's input. It is
+    named by its author when known (that tells user from assistant in a chat between people,
+    and costs fewer tokens than role plus name), else by its role."""
+    return f"{msg.name or msg.role}: {msg.content}"
+
+
+def context_line(thread: Thread, pos: int) -> str:
+    return message_line(thread.messages[pos])
+
+
+def line_cost(thread: Thread, pos: int) -> int:
+    return count_text(context_line(thread, pos)) + 1
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """A group of old messages placed in the context message; rank 0 is the best.
+
+    `score` is the best cosine in the group (None when it was taken for its time)."""
+
+    message_ids: tuple[int, ...]
+    score: float | None
+    rank: int
+    block_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a strategy keeps: retrieved groups (best first) and verbatim history units."""
+
+    retrieved: tuple[Retrieved, ...] = ()
+    history: tuple[tuple[int, ...], ...] = ()  # turn units, chronological
+    summary: SummaryRecord | None = None  # rolling summary of what precedes `history`
+    notes: tuple[NoteRecord, ...] = ()  # the structured list of user statements, always kept
+    quoted: tuple[int | None, ...] = ()  # per note, the position of the message it quotes (None: not here)
+
+    @property
+    def history_ids(self) -> tuple[int, ...]:
+        return tuple(p for unit in self.history for p in unit)
+
+    @property
+    def included(self) -> frozenset[int]:
+        """Messages whose own text is in the prompt (a summary does not count)."""
+        return frozenset(self.history_ids) | {p for r in self.retrieved for p in r.message_ids} | {
+            p for p in self.quoted if p is not None}
+
+
+@dataclass
+class MemoryResult:
+    """What compaction gives a strategy (the summary and the user statements), and what it
+    cost."""
+
+    summary: SummaryRecord | None = None
+    notes: tuple[NoteRecord, ...] = ()
+    llm_calls: int = 0
+    llm_ms: float = 0.0
+    call_ms: list[float] = field(default_factory=list)  # each compaction call, for monitoring
+    compacted: bool = False
+    summaries: int = 0  # summary chunks written
+    extracted: int = 0  # user messages read for the structured list
+    backlog: int = 0  # user messages and turns left for later asks
+    problems: list[str] = field(default_factory=list)
+
+
+def turn_units(messages: Sequence[Message]) -> list[tuple[int, ...]]:
+    """Non-system messages grouped into units that each start on a user message.
+
+    Messages before the first user message form a unit of their own; it can never open the
+    kept history, so it is only ever kept when the whole history is.
+    """
+    units: list[list[int]] = []
+    for pos, msg in enumerate(messages):
+        if msg.role == "system":
+            continue
+        if msg.role == "user" or not units:
+            units.append([pos])
+        else:
+            units[-1].append(pos)
+    return [tuple(u) for u in units]
+
+
+def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], max_messages: int,
+               minimum_units: int = PROTECTED_UNITS) -> tuple[tuple[int, ...], ...]:
+    """The newest units holding at most `max_messages` messages, but never fewer than
+    `minimum_units` units (the last exchanges are always kept)."""
+    kept: list[tuple[int, ...]] = []
+    count = 0
+    for unit in reversed(units):
+        if len(kept) >= minimum_units and count + len(unit) > max_messages:
+            break
+        kept.append(unit)
+        count += len(unit)
+    kept.reverse()
+    # A leading unit that does not start on a user turn (an assistant greeting) may only
+    # stay when everything is kept.
+    if kept and len(kept) < len(units) and messages[kept[0][0]].role != "user":
+        kept = kept[1:]
+    return tuple(kept)
+
+
+def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float | None, int | None]],
+         cost: Callable[[int], int], budget: int, exclude: frozenset[int],
+         max_groups: int | None = None) -> list[Retrieved]:
+    """Fill `budget` tokens greedily in rank order.
+
+    Each candidate offers alternatives, largest first (a whole block, then a window around
+    its best message); the first alternative that still fits is taken, so a block is never
+    cut below the window a fact needs. Messages already kept are not paid for twice.
+    """
+    out: list[Retrieved] = []
+    taken = set(exclude)
+    spent = 0
+    for alternatives, score, block_id in candidates:
+        for ids in alternatives:
+            new = tuple(p for p in ids if p not in taken)
+            if not new:
+                break
+            price = sum(cost(p) for p in new) + RUN_OVERHEAD
+            if spent + price <= budget:
+                out.append(Retrieved(new, score, len(out), block_id))
+                taken.update(new)
+                spent += price
+                break
+        if (max_groups and len(out) >= max_groups) or budget - spent < MIN_USEFUL:
+            break
+    return out
