@@ -152,3 +152,51 @@ class BM25:
     def nbytes(self) -> int:
         """About what the postings take in memory."""
         return 120 * self._entries + self._lengths.nbytes
+
+
+class ScanBM25:
+    """The same scores as `BM25`, computed by scanning the documents for the query's terms
+    instead of keeping postings: for an index built for one request (a long thread's
+    candidate view), where building postings would cost more than every lookup."""
+
+    def __init__(self, docs: Iterable[Sequence[str]] = (), k1: float = 1.2, b: float = 0.75):
+        self._k1, self._b = k1, b
+        self._docs: list[Sequence[str]] = []
+        self._total = 0.0
+        for doc in docs:
+            self.add(doc)
+
+    @property
+    def n(self) -> int:
+        return len(self._docs)
+
+    def add(self, doc: Sequence[str]) -> int:
+        self._docs.append(doc)
+        self._total += len(doc)
+        return len(self._docs) - 1
+
+    def truncate(self, n: int) -> None:
+        while len(self._docs) > n:
+            self._total -= len(self._docs.pop())
+
+    def scores(self, query_terms: Iterable[str]) -> np.ndarray:
+        n = len(self._docs)
+        out = np.zeros(n, dtype=np.float32)
+        if not n:
+            return out
+        avg = self._total / n if self._total > 0 else 1.0
+        lengths = np.fromiter((len(d) for d in self._docs), dtype=np.float32, count=n)
+        k1, b = self._k1, self._b
+        for term in set(query_terms):
+            counts = np.fromiter((d.count(term) for d in self._docs), dtype=np.float32, count=n)
+            ids = np.flatnonzero(counts)
+            if not len(ids):
+                continue
+            tf = counts[ids]
+            idf = math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
+            out[ids] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[ids] / avg))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * int(self._total) + 64 * len(self._docs)

@@ -6,6 +6,9 @@ growing at the end of the thread), so a new message never re-segments closed his
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -35,6 +38,32 @@ class Segmenter(Protocol):
 
     def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None,
                 history: Sequence[float] = ()) -> list[Block]: ...
+
+
+class RecentDrift:
+    """The thread's latest `size` drift values, kept sorted too, so the percentile each step
+    reads is a lookup, not a sort; it equals numpy's default (linear) percentile exactly."""
+
+    def __init__(self, history: Sequence[float] = (), size: int = HISTORY):
+        self.size = size
+        self._order: deque[float] = deque(list(history)[-size:])
+        self._sorted = sorted(self._order)
+
+    def threshold(self, percentile: float) -> float:
+        """The percentile of the values so far (infinite until MIN_HISTORY were seen)."""
+        values, n = self._sorted, len(self._sorted)
+        if n < MIN_HISTORY:
+            return math.inf
+        virtual = (n - 1) * (percentile / 100.0)
+        lo = math.floor(virtual)
+        t, a, b = virtual - lo, values[lo], values[min(lo + 1, n - 1)]
+        return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+    def push(self, value: float) -> None:
+        self._order.append(value)
+        insort(self._sorted, value)
+        if len(self._order) > self.size:
+            del self._sorted[bisect_left(self._sorted, self._order.popleft())]
 
 
 def drift(vectors: np.ndarray, window: int) -> np.ndarray:
@@ -85,15 +114,14 @@ class TimeGapSegmenter:
         """Topic sub-segments inside each block: cuts at drift peaks above the `percentile`
         of the drift seen earlier in the thread (so closed blocks never change). Retrieval
         takes a sub-segment when its whole block does not fit the budget."""
-        seen: list[float] = list(history)
+        seen = RecentDrift(history)
         out = []
         for ids in groups:
             scores = drift(vectors[ids], self.drift_window)
             cuts = [0]
             for k in range(1, len(ids)):
-                recent = seen[-HISTORY:]
-                threshold = np.percentile(recent, self.percentile) if len(recent) >= MIN_HISTORY else np.inf
-                seen.append(float(scores[k]))
+                threshold = seen.threshold(self.percentile)
+                seen.push(float(scores[k]))
                 peak = scores[k] >= scores[k - 1] and (k + 1 >= len(ids) or scores[k] >= scores[k + 1])
                 if (peak and scores[k] >= threshold and k - cuts[-1] >= self.min_block_messages
                         and len(ids) - k >= self.min_block_messages):
@@ -171,21 +199,20 @@ class TopicSegmenter(TimeGapSegmenter):
             return super().segment(messages, None)
         # the thread's drift so far: thresholds adapt to each thread. A stored thread's open
         # tail starts this over (only the sub-segments' history is kept with the thread).
-        seen: list[float] = []
+        seen = RecentDrift(size=self.history)
         groups: list[list[int]] = []
         for run in self._time_runs(messages):
             for topic in self._topic_cuts(messages, run, vectors, seen):
                 groups.extend(self._split_run(messages, topic, vectors))
         return _blocks(messages, groups, self._parts(groups, vectors, history))
 
-    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: list[float]) -> list[list[int]]:
+    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: RecentDrift) -> list[list[int]]:
         scores = drift(vectors[run], self.drift_window)
         groups: list[list[int]] = []
         start = 0
         for k in range(1, len(run)):
-            recent = seen[-self.history:]
-            threshold = np.percentile(recent, self.percentile) if len(recent) >= MIN_HISTORY else np.inf
-            seen.append(float(scores[k]))
+            threshold = seen.threshold(self.percentile)
+            seen.push(float(scores[k]))
             peak = scores[k] >= scores[k - 1] and (k + 1 >= len(run) or scores[k] >= scores[k + 1])
             settled = k + 1 + self.drift_window <= len(run)  # the peak test has all it reads
             if (settled and peak and scores[k] >= threshold and k - start >= self.min_block_messages

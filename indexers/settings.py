@@ -23,9 +23,9 @@ EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE = (
 
 
 def option(default: Any = MISSING, *, help: str, group: str, flag: str | None = None,
-           choices: tuple[str, ...] | None = None, factory: Any = None) -> Any:
-    """A settings field with what the CLI needs to offer it."""
-    meta = {"help": help, "group": group, "flag": flag, "choices": choices}
+           choices: tuple[str, ...] | None = None, factory: Any = None, shown: str | None = None) -> Any:
+    """A settings field with what the CLI needs to offer it (`shown`: how help names the default)."""
+    meta = {"help": help, "group": group, "flag": flag, "choices": choices, "shown": shown}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -117,7 +117,8 @@ class Settings:
                                                        "user/assistant alternation")
     context_role: str = option("system", group=SEARCH, choices=("system", "user"),
                                help="role of the retrieved-context message")
-    system_prompt: str | None = option(None, group=SEARCH, help="system prompt put first in every prompt")
+    system_prompt: str | None = option(None, group=SEARCH, help="system prompt put first in every prompt",
+                                       shown="none")
     # -- the request
     keyword: str = option("auto", group=KEYWORD, choices=("auto", "llm", "local"),
                           help="keyword extractor: the LLM when configured, else local")
@@ -136,9 +137,9 @@ class Settings:
     timezone: str = option("UTC", group=INPUT, help="zone for timestamps without one")
     lenient: bool = option(False, group=INPUT, help="skip and report bad messages instead of stopping")
     # -- stored threads
-    db: str | None = option(None, group=STORE, help="sqlite:///path.db or postgresql://user@host/db "
-                                                    "(default: a SQLite file in the data directory)")
-    data_dir: Path = option(group=STORE, factory=_default_data_dir,
+    db: str | None = option(None, group=STORE, help="sqlite:///path.db or postgresql://user@host/db",
+                            shown="semhist.sqlite3 in the data directory")
+    data_dir: Path = option(group=STORE, factory=_default_data_dir, shown="the user data directory",
                             help="where the default database and FAISS files live")
     pii: str = option("off", group=WRITE, help="mask e-mails, phones and card numbers before storing: "
                                                "on, off, or rule names")
@@ -150,7 +151,7 @@ class Settings:
     cache_threads: int = option(256, group=SERVE, help="threads whose query-time state stays in memory")
     cache_mb: int = option(1024, group=SERVE, help="megabytes of query-time state kept in memory")
     # -- caches
-    cache_dir: Path = option(group=CACHE, factory=_default_cache_dir,
+    cache_dir: Path = option(group=CACHE, factory=_default_cache_dir, shown="the user cache directory",
                              help="where embeddings and the local model are cached")
     llm: LLMConfig | None = None
 

@@ -48,3 +48,32 @@ def test_budget(text, full, tokens):
 def test_bad_budget(text):
     with pytest.raises(ConfigError):
         Budget.parse(text)
+
+
+def test_cli_flags_are_derived_from_the_settings():
+    from dataclasses import MISSING
+
+    from indexers.settings import settings_fields
+    from retrieval.cli import build_parser
+
+    parser = build_parser()
+    ask = parser._subparsers._group_actions[0].choices["ask"]
+    offered = {a.dest: a for a in ask._actions}
+    for f in settings_fields():
+        assert f.name in offered, f"semhist ask does not offer the setting {f.name}"
+        if f.default is not MISSING and not isinstance(f.default, bool) and f.default is not None:
+            assert f"default: {f.default}" in offered[f.name].help, f.name
+    assert "default: 1200" in offered["max_block_tokens"].help
+    threads = {a.dest for a in parser._subparsers._group_actions[0].choices["threads"]._actions}
+    assert {"db", "data_dir"} <= threads and not threads & {"embedder", "top_n", "pii", "gap_seconds"}
+
+
+def test_flags_beat_the_environment_which_beats_the_defaults(monkeypatch):
+    from retrieval.cli import build_parser
+    from retrieval.cli.options import settings_from
+
+    monkeypatch.setenv("SEMHIST_TOP_N", "5")
+    monkeypatch.setenv("SEMHIST_RECENT", "8")
+    args = build_parser().parse_args(["ask", "f.json", "q", "--top-n", "7", "--no-fill-budget"])
+    s = settings_from(args)
+    assert (s.top_n, s.recent, s.fill_budget, s.window) == (7, 8, False, 10)

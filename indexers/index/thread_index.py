@@ -10,12 +10,12 @@ block after block; for a thread they are in chronological order.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
 
-from ..lexical import BM25
+from ..lexical import BM25, ScanBM25
 from ..model import Block, Message, Thread
 from ..segment import Segmenter
 from ..store.records import Key, Marker, StoredBlock, StoredMessage
@@ -41,8 +41,9 @@ class ThreadIndex:
         self.max_id = 0  # the newest store id held: what was stored after it is new
         self.rows: list[int] = []  # row -> position
         self.vectors = FaissIndex(dim)  # FAISS ids are row numbers
-        self.lexical = BM25(keep_terms=False)
-        self.block_lexical = BM25()
+        # a view serves one request: scanning its documents beats building postings
+        self.lexical = BM25(keep_terms=False) if whole else ScanBM25()
+        self.block_lexical = BM25() if whole else ScanBM25()
         self.closed: list[Block] = []
         self.open: list[Block] = []
         self.closed_rows = 0
@@ -59,9 +60,10 @@ class ThreadIndex:
     @classmethod
     def build(cls, thread_id: str, stored: Sequence[StoredMessage], blocks: Iterable[StoredBlock], dim: int,
               segmenter: Segmenter, history: Sequence[float] = (), marker: Marker | None = None,
-              whole: bool = True) -> ThreadIndex:
-        """From messages in order (with vectors) and the closed blocks they belong to. A view
-        may hold only some messages of a block: they then form a block of their own."""
+              whole: bool = True, vectors: Mapping[int, np.ndarray] | None = None) -> ThreadIndex:
+        """From messages in order and the closed blocks they belong to; vectors are the
+        messages' own or come from `vectors` (by id). A view may hold only some messages of a
+        block: they then form a block of their own."""
         index = cls(thread_id, dim, segmenter, whole=whole)
         index.marker, index._history = marker, tuple(history)
         for m in stored:
@@ -74,15 +76,14 @@ class ThreadIndex:
         ordered = sorted(groups.items(), key=lambda g: index.position[g[1][0].id])
         in_block = {m.id for _, ms in ordered for m in ms}
         tail = [m for m in stored if m.role != "system" and m.id not in in_block]
+        closed_rows = sum(len(ms) for _, ms in ordered)
+        index._add_rows([m for _, ms in ordered for m in ms] + tail, vectors, keep_from=closed_rows)
         for block_no, members in ordered:
             whole_block = known.get(block_no)
             complete = whole_block is not None and len(whole_block.message_ids) == len(members)
-            for m in members:
-                index._add_row(m)
-            index._close([index.position[m.id] for m in members], whole_block if complete else None)
+            index._close([index.position[m.id] for m in members], whole_block if complete else None,
+                         [t for m in members for t in m.terms])
             index.last_block_no = max(index.last_block_no, block_no)
-        for m in tail:
-            index._add_row(m)
         index.appendable = index.rows == sorted(index.rows)
         index._segment_open()
         return index
@@ -105,19 +106,30 @@ class ThreadIndex:
         else:
             self.units[-1] = self.units[-1] + (pos,)
 
-    def _add_row(self, m: StoredMessage) -> None:
-        row = len(self.rows)
-        self.rows.append(self.position[m.id])
-        vector = m.vector if m.vector is not None else np.zeros(self.dim, dtype=np.float32)
-        self.vectors.add(np.array([row]), vector)
-        self.lexical.add(m.terms)
-        self._tail[row] = (vector, m.terms)
+    def _add_rows(self, messages: Sequence[StoredMessage], vectors: Mapping[int, np.ndarray] | None = None,
+                  keep_from: int = 0) -> None:
+        """Rows for these messages, in this order; the open tail's rows (from `keep_from` on)
+        keep their vector and terms for segmenting it again."""
+        if not messages:
+            return
+        first = len(self.rows)
+        zero = np.zeros(self.dim, dtype=np.float32)
+        matrix = np.empty((len(messages), self.dim), dtype=np.float32)
+        for k, m in enumerate(messages):
+            vector = m.vector if m.vector is not None else (vectors or {}).get(m.id)
+            matrix[k] = zero if vector is None else vector
+            self.rows.append(self.position[m.id])
+            self.lexical.add(m.terms)
+            if first + k >= keep_from:
+                self._tail[first + k] = (matrix[k], m.terms)
+        self.vectors.add(np.arange(first, first + len(messages)), matrix)
 
-    def _close(self, positions: list[int], stored: StoredBlock | None) -> None:
+    def _close(self, positions: list[int], stored: StoredBlock | None, terms: list[str] | None = None) -> None:
         """Close the block made of the next rows (`positions`, in row order)."""
         first = self.closed_rows
         rows = range(first, first + len(positions))
-        terms = [t for r in rows for t in self._tail[r][1]]
+        if terms is None:
+            terms = [t for r in rows for t in self._tail[r][1]]
         self.block_lexical.truncate(len(self.closed))
         self.block_lexical.add(terms)
         tokens = stored.tokens if stored else sum(count_message(self.messages[p].to_openai()) for p in positions)
@@ -156,8 +168,7 @@ class ThreadIndex:
             return False
         for m in messages:
             self._add_message(m)
-            if m.role != "system":
-                self._add_row(m)
+        self._add_rows([m for m in messages if m.role != "system"], keep_from=self.closed_rows)
         for b in sorted(blocks, key=lambda b: b.block_no):
             positions = [self.position.get(i) for i in b.message_ids]
             expected = self.rows[self.closed_rows:self.closed_rows + len(positions)]

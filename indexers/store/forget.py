@@ -16,7 +16,7 @@ from ..errors import InputError
 from .records import StoredMessage, check_thread_id
 from .rows import COLUMNS, chunks, marks, message_row
 
-_TABLES = ("turn_log", "notes", "summaries", "manifests", "blocks", "messages", "threads")
+_TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
 
 class ForgetMixin:
@@ -72,6 +72,7 @@ class ForgetMixin:
         """Forget every block of the thread and segment it again from the stored vectors."""
         with self._write(thread_id) as cur:
             self._drop_block_terms(cur, thread_id)
+            cur.execute(self._sql("DELETE FROM block_term_df WHERE thread_id = ?"), (thread_id,))
             cur.execute(self._sql("DELETE FROM blocks WHERE thread_id = ?"), (thread_id,))
             cur.execute(self._sql("UPDATE messages SET block_no = NULL WHERE thread_id = ?"), (thread_id,))
             cur.execute(self._sql("UPDATE threads SET segment_history = NULL, generation = generation + 1, "

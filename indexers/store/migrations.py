@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..tokens import count_message
-from .lexical_keys import block_document
 
 SQLITE, POSTGRES = "sqlite", "postgresql"
 
@@ -45,8 +44,11 @@ def _block_documents(store: Any, cur: Any) -> None:
     for thread_id, block_no, terms in cur.fetchall():
         docs.setdefault((thread_id, int(block_no)), []).extend(terms.split("\x1f") if terms else ())
     for (thread_id, block_no), terms in docs.items():
-        store._index_block(cur, thread_id, block_no, block_document(thread_id, terms))
+        store._index_terms(cur, thread_id, block_no, terms)
 
+
+_DF = "CREATE TABLE block_term_df (thread_id TEXT NOT NULL, token TEXT NOT NULL, df INTEGER NOT NULL, " \
+      "PRIMARY KEY (thread_id, token));"
 
 Migration = tuple[str, "str | dict[str, str]", "Callable[[Any, Any], None] | None"]
 
@@ -93,11 +95,12 @@ ALTER TABLE messages ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX messages_system ON messages (thread_id, id) WHERE role = 'system';
 """, _identity_and_costs),
     # Lexical candidates for long threads: the terms of each closed block, in full-text search.
+    # A term's block count (per thread) lets a lookup leave out terms too common to choose by.
     ("0006_block_terms", {
         SQLITE: "CREATE VIRTUAL TABLE block_terms USING fts5(body, thread_id UNINDEXED, block_no UNINDEXED, "
-                "tokenize = 'ascii');",
+                "tokenize = 'ascii');" + _DF,
         POSTGRES: "ALTER TABLE blocks ADD COLUMN terms tsvector; "
-                  "CREATE INDEX blocks_terms ON blocks USING gin (terms);",
+                  "CREATE INDEX blocks_terms ON blocks USING gin (terms);" + _DF,
     }, _block_documents),
     # Summaries, the structured list and its progress live with the messages they come from,
     # keyed by message ids, so every replica shares them and forgetting reaches them.

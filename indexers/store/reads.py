@@ -14,6 +14,9 @@ from .records import Changes, Key, Marker, StoredBlock, StoredMessage, check_thr
 from .rows import COLUMNS, assemble_blocks, chunks, history_blob, marks, message_row
 
 
+RARE_BLOCKS, RARE_SHARE, RARE_TERMS = 64, 0.02, 4  # a term in more blocks than this is too common
+
+
 class ReadMixin:
     def _select(self: Any, with_vectors: bool) -> str:
         return COLUMNS + (", vector" if with_vectors else "")
@@ -26,10 +29,9 @@ class ReadMixin:
         with self._read() as cur:
             if ids is not None:
                 out = []
-                for chunk in chunks([int(i) for i in ids]):
-                    cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE thread_id = ? AND id IN ({marks(chunk)})"),
-                                (thread_id, *chunk))
-                    out.extend(message_row(r, with_vectors) for r in cur.fetchall())
+                for chunk in chunks([int(i) for i in ids]):  # by primary key; the thread is checked here
+                    cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE id IN ({marks(chunk)})"), chunk)
+                    out.extend(message_row(r, with_vectors) for r in cur.fetchall() if r[1] == thread_id)
                 return sorted(out, key=lambda m: m.key)
             if last is not None:
                 cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE thread_id = ? "
@@ -37,6 +39,13 @@ class ReadMixin:
                 return [message_row(r, with_vectors) for r in reversed(cur.fetchall())]
             cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE thread_id = ? ORDER BY sort_ts, id"), (thread_id,))
             return [message_row(r, with_vectors) for r in cur.fetchall()]
+
+    def last_ids(self: Any, thread_id: str, n: int) -> list[int]:
+        """The ids of the newest `n` messages, oldest first."""
+        with self._read() as cur:
+            cur.execute(self._sql("SELECT id FROM messages WHERE thread_id = ? ORDER BY sort_ts DESC, id DESC LIMIT ?"),
+                        (check_thread_id(thread_id), int(n)))
+            return [int(r[0]) for r in reversed(cur.fetchall())]
 
     def between(self: Any, thread_id: str, after: Key | None, through: Key, *, role: str | None = None,
                 limit: int = 1000) -> list[StoredMessage]:
@@ -78,9 +87,10 @@ class ReadMixin:
 
     def system_messages(self: Any, thread_id: str) -> list[StoredMessage]:
         with self._read() as cur:
-            cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? AND role = 'system' "
-                                  "ORDER BY sort_ts, id"), (check_thread_id(thread_id),))
-            return [message_row(r) for r in cur.fetchall()]
+            # sorted here: ORDER BY sort_ts would walk the whole thread instead of the system rows
+            cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? AND role = 'system'"),
+                        (check_thread_id(thread_id),))
+            return sorted((message_row(r) for r in cur.fetchall()), key=lambda m: m.key)
 
     def tail(self: Any, thread_id: str, with_vectors: bool = True) -> list[StoredMessage]:
         """The open tail: messages not yet in a closed block."""
@@ -162,12 +172,29 @@ class ReadMixin:
 
     def block_of(self: Any, thread_id: str, ids: Sequence[int]) -> dict[int, int | None]:
         """For each message id, its closed block number (None: in the open tail)."""
-        return {m.id: m.block_no for m in self.messages(thread_id, ids=ids)}
+        out: dict[int, int | None] = {}
+        with self._read() as cur:
+            for chunk in chunks([int(i) for i in ids]):
+                # by primary key (the thread is checked here): with thread_id in the WHERE, SQLite
+                # walks the thread's block index instead
+                cur.execute(self._sql(f"SELECT id, block_no, thread_id FROM messages WHERE id IN ({marks(chunk)})"),
+                            chunk)
+                out.update((int(i), b) for i, b, t in cur.fetchall() if t == check_thread_id(thread_id))
+        return out
 
     def search_blocks(self: Any, thread_id: str, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """The k closed blocks whose terms best match, (block number, score) best first."""
+        """The k closed blocks whose terms best match, (block number, score) best first.
+        Only the rarest terms are looked up: one in most blocks chooses nothing, and ranking
+        every block that holds it would cost more than the rest of the request."""
         tokens = query_tokens(check_thread_id(thread_id), terms)
         if not tokens or k <= 0:
             return []
         with self._read() as cur:
-            return self._search_terms(cur, thread_id, tokens, k)
+            cur.execute(self._sql(f"SELECT token, df FROM block_term_df WHERE thread_id = ? AND token IN "
+                                  f"({marks(tokens)})"), (thread_id, *tokens))
+            df = dict(cur.fetchall())
+            cur.execute(self._sql("SELECT COALESCE(MAX(block_no), -1) + 1 FROM blocks WHERE thread_id = ?"),
+                        (thread_id,))
+            common = max(RARE_BLOCKS, RARE_SHARE * int(cur.fetchone()[0]))
+            rare = sorted((t for t in tokens if 0 < df.get(t, 0) <= common), key=lambda t: df[t])[:RARE_TERMS]
+            return self._search_terms(cur, thread_id, rare, k) if rare else []

@@ -237,11 +237,18 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
                         (thread_id, next_no, block.tokens, json.dumps(list(block.parts))))
             cur.executemany(self._sql("UPDATE messages SET block_no = ? WHERE id = ? AND thread_id = ?"),
                             [(next_no, i, thread_id) for i in block.message_ids])
-            self._index_block(cur, thread_id, next_no,
-                              block_document(thread_id, (t for i in block.message_ids for t in terms.get(i, ()))))
+            self._index_terms(cur, thread_id, next_no, [t for i in block.message_ids for t in terms.get(i, ())])
             out.append(StoredBlock(next_no, tuple(block.message_ids), block.tokens, tuple(block.parts)))
             next_no += 1
         return out
+
+    def _index_terms(self, cur, thread_id: str, block_no: int, terms: list[str]) -> None:
+        """A closed block's terms into the full-text index, and into each term's block count."""
+        document = block_document(thread_id, terms)
+        self._index_block(cur, thread_id, block_no, document)
+        cur.executemany(self._sql("INSERT INTO block_term_df (thread_id, token, df) VALUES (?, ?, 1) "
+                                  "ON CONFLICT (thread_id, token) DO UPDATE SET df = block_term_df.df + 1"),
+                        [(thread_id, token) for token in sorted(set(document.split()))])
 
     def existing_keys(self, thread_id: str, keys: Sequence[str]) -> set[str]:
         """Which of these source keys the thread already holds."""

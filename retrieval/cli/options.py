@@ -26,9 +26,11 @@ def _flag(f: Field) -> str:
 
 
 def _default(f: Field):
-    if f.default is not MISSING:
-        return f.default
-    return "the user " + ("cache" if f.name == "cache_dir" else "data") + " directory"
+    if f.metadata.get("shown"):
+        return f.metadata["shown"]
+    if isinstance(f.default, bool):
+        return "on" if f.default else "off"
+    return "off" if f.default is None or f.default is MISSING else f.default
 
 
 def _type(f: Field):
@@ -47,14 +49,13 @@ def add_settings(parser: argparse.ArgumentParser, groups: tuple[str, ...]) -> No
         group_name = f.metadata["group"]
         if group_name not in made:
             made[group_name] = parser.add_argument_group(GROUP_TITLES[group_name])
-        default = _default(f)
-        shown = "off" if default is None else default
-        help_text = f"{f.metadata['help']} (default: {shown}; SEMHIST_{f.name.upper()})"
+        help_text = f"{f.metadata['help']} (default: {_default(f)}; SEMHIST_{f.name.upper()})"
         options = {"dest": f.name, "default": None, "help": help_text.replace("%", "%%")}
         if str(f.type).startswith("bool"):
             options["action"] = argparse.BooleanOptionalAction
         else:
             options["type"] = _type(f)
+            options["metavar"] = {int: "N", float: "NUMBER"}.get(options["type"], "TEXT")
             if f.metadata.get("choices"):
                 options["choices"] = f.metadata["choices"]
         made[group_name].add_argument(_flag(f), **options)

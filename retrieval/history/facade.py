@@ -262,7 +262,8 @@ class History(Maintenance):
         self.states.current(entry, marker)
         if entry.index is not None:
             return entry.index
-        return candidate_view(self.store, entry.vectors, marker, vector, keywords, self.embedder.dim, self.segmenter)
+        return candidate_view(self.store, entry.vectors, entry.closed, marker, vector, keywords, self.embedder.dim,
+                              self.segmenter)
 
     def _anchor(self, entry: Entry, thread_id: str):
         """The time of the thread's last message: relative dates ("last week") count from it."""

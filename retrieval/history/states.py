@@ -23,6 +23,8 @@ from indexers.index.vectors import ThreadVectors
 from indexers.segment import Segmenter
 from indexers.store import AppendResult, Marker, SQLStore
 
+from .views import ClosedMessages
+
 log = logging.getLogger("semhist.history")
 
 
@@ -34,6 +36,7 @@ class Entry:
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     index: ThreadIndex | None = None  # the whole thread, when it is searched whole
     vectors: ThreadVectors | None = None  # the thread's FAISS index, when it is searched through views
+    closed: ClosedMessages = field(default_factory=ClosedMessages, repr=False)  # read for earlier views
     marker: Marker | None = None  # the store state this entry reflects
     verified: bool = False  # its manifest matches our settings
     retention_checked: float = float("-inf")
@@ -41,7 +44,7 @@ class Entry:
     @property
     def nbytes(self) -> int:
         return (self.index.nbytes if self.index is not None else 0) + (
-            self.vectors.nbytes if self.vectors is not None else 0)
+            self.vectors.nbytes if self.vectors is not None else 0) + self.closed.nbytes
 
 
 class ThreadStates:

@@ -1,15 +1,15 @@
 """The candidate view of a thread longer than `view_limit`: what one request searches.
 
 The blocks of the nearest messages in the thread's FAISS index (HNSW when large), the blocks
-whose terms match best in the store's full-text index (the same janome/Snowball terms the
-ranker uses), the messages of a time the request names, the recent turns, the open block
-and every operator instruction. Retrieval then runs on that view exactly as on a whole
-thread, so a request costs the same at 1M messages as at 10k.
+whose rarest matching terms score best in the store's full-text index (the same
+janome/Snowball terms the ranker uses), the messages of a time the request names, the recent
+turns, the open block and every operator instruction. Retrieval then runs on that view
+exactly as on a whole thread, so a request costs the same at 1M messages as at 10k.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import OrderedDict
 
 import numpy as np
 
@@ -25,24 +25,58 @@ DENSE_BLOCKS = 16  # at most this many of their blocks (a budget holds far fewer
 LEXICAL_BLOCKS = 16  # blocks taken for their terms
 RECENT_VIEW = 40  # latest messages always in the view
 TIME_MESSAGES = 400  # messages of a named time, the earliest first
+CACHED_MESSAGES = 8_000  # messages of closed blocks kept between requests, per thread
 
 
-def candidate_view(store: SQLStore, vectors: ThreadVectors, marker: Marker, query: np.ndarray | None,
-                   keywords: KeywordResult | None, dim: int, segmenter: Segmenter) -> ThreadIndex:
+class ClosedMessages:
+    """Messages of closed blocks read for earlier views of one thread: they never change
+    (until the thread's generation does), so later views read only what is new to them."""
+
+    def __init__(self, limit: int = CACHED_MESSAGES):
+        self.limit = limit
+        self._held: OrderedDict[int, StoredMessage] = OrderedDict()
+        self._lineage: tuple[str, int] | None = None
+
+    def get(self, store: SQLStore, thread_id: str, ids: set[int], marker: Marker) -> list[StoredMessage]:
+        if self._lineage != (marker.uid, marker.generation):
+            self._held.clear()
+            self._lineage = (marker.uid, marker.generation)
+        missing = [i for i in ids if i not in self._held]
+        found = {i: self._held[i] for i in ids if i in self._held}
+        for m in store.messages(thread_id, ids=missing) if missing else ():
+            found[m.id] = m
+            if m.block_no is not None:
+                self._held[m.id] = m
+        for i in found:
+            if i in self._held:
+                self._held.move_to_end(i)
+        while len(self._held) > self.limit:
+            self._held.popitem(last=False)
+        return list(found.values())
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._held) * 700
+
+
+def candidate_view(store: SQLStore, vectors: ThreadVectors, cache: ClosedMessages, marker: Marker,
+                   query: np.ndarray | None, keywords: KeywordResult | None, dim: int,
+                   segmenter: Segmenter) -> ThreadIndex:
     thread_id = vectors.thread_id
     chosen = _dense_blocks(store, vectors, query) if query is not None else []
     if keywords is not None:
         chosen += [no for no, _ in store.search_blocks(thread_id, keywords.terms, LEXICAL_BLOCKS) if no not in chosen]
     blocks = store.blocks(thread_id, sorted(chosen))
-    wanted = {i for b in blocks for i in b.message_ids}
-    wanted |= {m.id for m in store.messages(thread_id, last=RECENT_VIEW)}
-    wanted |= {m.id for m in store.tail(thread_id, with_vectors=False)}
-    wanted |= {m.id for m in store.system_messages(thread_id)}
+    fresh = store.tail(thread_id, with_vectors=False) + store.system_messages(thread_id)
     if keywords is not None and keywords.time_range is not None:
         span = keywords.time_range
-        wanted |= {m.id for m in store.in_time(thread_id, span.start.timestamp(), span.end.timestamp(), TIME_MESSAGES)}
-    stored = _with_vectors(store, vectors, store.messages(thread_id, ids=sorted(wanted)))
-    index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False)
+        fresh += store.in_time(thread_id, span.start.timestamp(), span.end.timestamp(), TIME_MESSAGES)
+    known = {m.id for m in fresh}
+    wanted = ({i for b in blocks for i in b.message_ids} | set(store.last_ids(thread_id, RECENT_VIEW))) - known
+    stored = sorted({m.id: m for m in fresh + cache.get(store, thread_id, wanted, marker)}.values(),
+                    key=lambda m: m.key)
+    index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
+                              vectors=_vectors(store, vectors, stored))
     index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
     return index
 
@@ -54,7 +88,7 @@ def _dense_blocks(store: SQLStore, vectors: ThreadVectors, query: np.ndarray) ->
     return [b for b in ranked if b >= 0][:DENSE_BLOCKS]  # best-ranked first
 
 
-def _with_vectors(store: SQLStore, vectors: ThreadVectors, stored: list[StoredMessage]) -> list[StoredMessage]:
+def _vectors(store: SQLStore, vectors: ThreadVectors, stored: list[StoredMessage]) -> dict[int, np.ndarray]:
     """Vectors come from the FAISS index in memory, not as 2 KB blobs over the wire; what it
     does not hold yet (stored by another process a moment ago) is read from the store."""
     searchable = [m.id for m in stored if m.role != "system"]
@@ -63,4 +97,4 @@ def _with_vectors(store: SQLStore, vectors: ThreadVectors, stored: list[StoredMe
     if missing:
         found.update({m.id: m.vector for m in store.messages(vectors.thread_id, ids=missing, with_vectors=True)
                       if m.vector is not None})
-    return [replace(m, vector=found[m.id]) if m.id in found else m for m in stored]
+    return found

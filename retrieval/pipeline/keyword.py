@@ -14,6 +14,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 from datetime import datetime, timedelta
 
 from indexers.errors import BackendError
@@ -51,8 +52,9 @@ class KeywordResult:
         """Text to embed for dense search."""
         return self.dense_text or " ".join(self.keywords)
 
-    @property
+    @cached_property
     def terms(self) -> list[str]:
+        """The lexical search terms (tokenized once: janome is the slow part of a request)."""
         return tokenize(self.search_text or self.query)
 
 
