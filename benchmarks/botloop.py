@@ -55,13 +55,28 @@ def _bulk(history, thread_id: str, messages, vectors) -> float:
     return time.perf_counter() - start
 
 
+def _anon_mb() -> float:
+    """Resident memory the process allocated itself (RSS without the SQLite file pages it maps)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+WARM = 1_000  # turns after which caches (SQLite pages, token counts, embeddings) are warm
+
+
 def _turns(history, threads: list[str], questions: list[str], texts: list[str], turns: int, last, seed: int = 0):
-    """Run the bot loop; returns the timings (ms) of adds, asks after a write and asks without one."""
+    """Run the bot loop; returns the timings (ms) of adds, asks after a write and asks without
+    one, and the resident memory once the caches are warm."""
     from indexers.settings import Budget
 
     budget, rng = Budget.parse(BUDGET), random.Random(seed)
-    adds, after, without = [], [], []
+    adds, after, without, warm = [], [], [], None
     for turn in range(turns):
+        if turn == min(WARM, turns // 2):
+            gc.collect()
+            warm = (_rss_mb(), _anon_mb())
         thread = threads[turn % len(threads)] if len(threads) == 1 else rng.choice(threads)
         when = last + timedelta(seconds=30 * (turn + 1))
         t0 = time.perf_counter()
@@ -77,15 +92,19 @@ def _turns(history, threads: list[str], questions: list[str], texts: list[str], 
         adds += [(t1 - t0) * 1000, (t4 - t3) * 1000]
         after.append((t2 - t1) * 1000)
         without.append((t3 - t2) * 1000)
-    return adds, after, without
+    return adds, after, without, warm
 
 
-def _summary(adds, after, without, rss0, rss1) -> dict:
+def _summary(adds, after, without, warm, rss0, rss1) -> dict:
+    """rss0/rss1/warm are (resident, anonymous) MB."""
     return {"add_ms_p50": _pct(adds, 50), "add_ms_p95": _pct(adds, 95),
             "ask_after_write_ms_p50": _pct(after, 50), "ask_after_write_ms_p95": _pct(after, 95),
             "ask_no_write_ms_p50": _pct(without, 50), "ask_no_write_ms_p95": _pct(without, 95),
             "after_vs_no_write_p50": round(float(np.median(after) / np.median(without)), 3),
-            "rss_start_mb": round(rss0), "rss_end_mb": round(rss1), "rss_growth_mb": round(rss1 - rss0)}
+            "rss_start_mb": round(rss0[0]), "rss_warm_mb": round(warm[0]), "rss_end_mb": round(rss1[0]),
+            "rss_growth_mb": round(rss1[0] - rss0[0]), "rss_growth_after_warm_mb": round(rss1[0] - warm[0]),
+            "anon_start_mb": round(rss0[1]), "anon_end_mb": round(rss1[1]), "anon_growth_mb": round(rss1[1] - rss0[1]),
+            "anon_growth_after_warm_mb": round(rss1[1] - warm[1])}
 
 
 def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> dict:
@@ -106,13 +125,13 @@ def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> di
     if vectors is not None:
         vectors.wait()
     gc.collect()
-    rss0 = _rss_mb()
-    adds, after, without = _turns(history, ["bot"], questions, texts, turns, last)
+    rss0 = (_rss_mb(), _anon_mb())
+    adds, after, without, warm = _turns(history, ["bot"], questions, texts, turns, last)
     gc.collect()
     out = {"case": "one thread", "messages": n, "backend": url.split(":")[0], "turns": turns,
            "ingest_s": round(ingest_s, 1), "embed_ms_p50": _pct(embed_ms, 50),
            "view": "whole thread" if n + 2 * turns <= history.settings.view_limit else "candidates",
-           "full_loads": history.states.loads, **_summary(adds, after, without, rss0, _rss_mb())}
+           "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, (_rss_mb(), _anon_mb()))}
     history.close()
     return out
 
@@ -130,14 +149,14 @@ def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int
     del messages, vectors
     gc.collect()
     history.ask(names[0], questions[0])
-    rss0 = _rss_mb()
-    adds, after, without = _turns(history, names, questions, texts, turns, last, seed=1)
+    rss0 = (_rss_mb(), _anon_mb())
+    adds, after, without, warm = _turns(history, names, questions, texts, turns, last, seed=1)
     gc.collect()
     s = history.settings
     out = {"case": f"{threads} threads x {size}", "messages": threads * size, "backend": url.split(":")[0],
            "turns": turns, "ingest_s": round(ingest_s, 1), "states_held": len(history.states),
            "state_mb": round(history.states.nbytes / 2**20, 1), "cache_limit": f"{s.cache_threads} threads / "
-           f"{s.cache_mb} MB", "full_loads": history.states.loads, **_summary(adds, after, without, rss0, _rss_mb())}
+           f"{s.cache_mb} MB", "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, (_rss_mb(), _anon_mb()))}
     history.close()
     return out
 
@@ -169,13 +188,17 @@ def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, n: int
     notes = history.store.notes("bot", active_only=False)
     sources = [n.source_id for n in notes]
     history.close()
-    steady = [t for t in per_turn if not t["backlog"]]
+    from retrieval.memory.compaction import only_questions
+
+    calls = [t["llm_calls"] for t in per_turn]
     return {"case": "structured", "messages": n, "backend": url.split(":")[0], "turns": turns,
-            "llm_calls": sum(t["llm_calls"] for t in per_turn),
+            "llm_calls": sum(calls), "llm_calls_per_turn_p50": float(np.median(calls)), "llm_calls_per_turn_max": max(calls),
+            "summary_calls": sum(t["summaries"] for t in per_turn),
             "extraction_calls": sum(t["extracted"] for t in per_turn),
-            "max_extractions_per_steady_turn": max((t["extracted"] for t in steady), default=0),
-            "turns_with_backlog": len(per_turn) - len(steady), "statements": len(notes),
-            "statements_read_twice": len(sources) - len(set(sources)), "per_turn": per_turn}
+            "statements_added": sum(1 for t in texts if not only_questions(t)),
+            "turns_with_backlog": sum(1 for t in per_turn if t["backlog"]), "statements": len(notes),
+            "statements_read_twice": len(sources) - len(set(sources)), "ask_s_p50": float(np.median(
+                [t["ask_s"] for t in per_turn])), "per_turn": per_turn}
 
 
 def main() -> None:
@@ -226,7 +249,8 @@ def main() -> None:
 def report(rows: list[dict], with_pg: bool) -> str:
     cols = ["case", "backend", "messages", "turns", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
             "ask_after_write_ms_p95", "ask_no_write_ms_p50", "ask_no_write_ms_p95", "after_vs_no_write_p50",
-            "rss_start_mb", "rss_end_mb", "rss_growth_mb", "full_loads", "embed_ms_p50"]
+            "rss_start_mb", "rss_end_mb", "rss_growth_mb", "rss_growth_after_warm_mb", "anon_growth_mb",
+            "anon_growth_after_warm_mb", "full_loads", "embed_ms_p50"]
     loop = [r for r in rows if r["case"] != "structured"]
     lines = ["# The bot's path (`python benchmarks/botloop.py`)", "",
              f"Machine: {os.cpu_count()} cores. " + (__doc__ or "").split("\n\n")[2].replace("\n", " "), ""]
@@ -234,12 +258,17 @@ def report(rows: list[dict], with_pg: bool) -> str:
         lines += ["PostgreSQL: skipped (no --pg URL given).", ""]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in loop]
+    many = [r for r in loop if "states_held" in r]
+    lines += [f"\n{r['case']} ({r['backend']}): {r['states_held']} thread states held at the end, "
+              f"{r['state_mb']} MB by their own estimate (limit {r['cache_limit']})." for r in many]
     for r in rows:
         if r["case"] == "structured":
-            lines += ["", f"`structured`, {r['messages']:,} messages, {r['turns']} turns: {r['llm_calls']} LLM calls, "
-                      f"{r['extraction_calls']} extraction calls; turns still catching up a backlog: "
-                      f"{r['turns_with_backlog']}; most extractions in a later turn: "
-                      f"{r['max_extractions_per_steady_turn']}; statements read twice: {r['statements_read_twice']}."]
+            lines += ["", f"`structured` on {r['messages']:,} messages (compaction_lookback 200), {r['turns']} turns "
+                      f"with the LLM: {r['llm_calls']} LLM calls ({r['summary_calls']} summary chunks, "
+                      f"{r['extraction_calls']} statement extractions), per turn p50 {r['llm_calls_per_turn_p50']:g}, "
+                      f"max {r['llm_calls_per_turn_max']}; turns still catching up: {r['turns_with_backlog']}; "
+                      f"statements added by the loop: {r['statements_added']}; statements read twice: "
+                      f"{r['statements_read_twice']}; ask p50 {r['ask_s_p50']:.1f} s."]
     return "\n".join(lines) + "\n"
 
 

@@ -63,16 +63,20 @@ def corpus(n: int, cache_dir: Path):
     base = [m for t in threads for m in t.messages if m.role != "system"]
     embedder = CachedEmbedder(get_embedder("use-m3"), EmbeddingCache(cache_dir / "embeddings.sqlite3"))
     base_vectors = embedder.embed([embedding_text(m) for m in base])
-    span = (base[-1].timestamp - base[0].timestamp) if base[0].timestamp else timedelta(days=1)
+    # Time only moves forward, as in a real thread: each conversation follows the previous one
+    # a day later, keeping its own pauses; each copy follows the last.
+    offsets = [timedelta(0)]
+    for prev, cur in zip(base, base[1:]):
+        step = cur.timestamp - prev.timestamp
+        offsets.append(offsets[-1] + (step if step >= timedelta(0) else timedelta(days=1)))
+    span = offsets[-1] + timedelta(days=1)
     rng = np.random.default_rng(0)
     messages, vectors = [], np.empty((n, base_vectors.shape[1]), dtype=np.float32)
     start = base[0].timestamp
     for i in range(n):
         copy, k = divmod(i, len(base))
         src = base[k]
-        # each copy starts after the previous one, order within a copy as in LoCoMo
-        when = start + copy * (span + timedelta(days=1)) + (src.timestamp - base[0].timestamp)
-        messages.append(Message(i, src.role, src.content, when, src.name))
+        messages.append(Message(i, src.role, src.content, start + copy * span + offsets[k], src.name))
     for lo in range(0, n, 100_000):
         hi = min(n, lo + 100_000)
         rows = base_vectors[np.arange(lo, hi) % len(base)]

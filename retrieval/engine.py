@@ -105,7 +105,8 @@ class Engine:
                                      f"again: semhist index FILE --out DIR {flag} {wanted}")
 
     def index(self, thread: Thread, progress: Callable[[int], None] | None = None) -> ThreadIndex:
-        """The thread's index (stored and embedded first if needed)."""
+        """The thread's in-memory index (stored and embedded first if needed); a thread above
+        `view_limit` has none (it is searched through candidate views)."""
         return self.history.index(self.put(thread, progress))
 
     # -- asking ----------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
     for thread in threads:
         progress = on_thread(thread, len(thread.messages)) if on_thread else None
         if needs_index:
-            engine.index(thread, progress=progress)
+            engine.put(thread, progress=progress)
         for query in thread.queries:
             if not query.has_evidence:
                 skipped += 1

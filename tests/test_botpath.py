@@ -192,3 +192,53 @@ def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):
     assert cold.ask("big", "What did Caroline research?").prompt.messages
     assert time.perf_counter() - start < 3.0  # the embedder loads; the index is built in the background
     assert cold.vectors("big").wait(120) and cold.vectors("big").size == 8010
+
+
+def test_a_file_above_the_view_limit_is_asked_through_its_view(cache_dir, ramen):
+    from indexers.settings import Settings
+    from retrieval import Engine
+
+    from .conftest import RAMEN_TURNS
+
+    engine = Engine(Settings.load(env={}, cache_dir=cache_dir, view_limit=30), llm=None)
+    result = engine.ask(ramen, RAMEN_REQUEST)
+    assert len(result.thread.messages) < len(ramen.messages)  # a view...
+    kept = {result.thread.messages[p].index for p in result.included}
+    assert RAMEN_TURNS <= kept  # ...read in the file's own message indices
+    assert result.thread.ground_truth(RAMEN_REQUEST) is not None
+    engine.close()
+
+
+def test_an_append_with_the_callers_key_is_stored_once(make_history):
+    h = make_history()
+    first = h.add("teams", "user", "hello from Teams", key="1722211200000")
+    again = h.add("teams", "user", "hello from Teams", key="1722211200000")  # a retried webhook
+    assert first == again and h.store.count("teams") == 1
+    assert h.add("teams", "user", "hello again", key="1722211200001") != first
+
+
+def test_nothing_grows_per_ask_in_a_long_running_process(make_history):
+    """A bot process asks for months: what it keeps per request must be bounded (a cache
+    keyed by each prompt's context text once grew by several KB an ask)."""
+    import gc
+    import tracemalloc
+
+    h = make_history(view_limit=150)  # searched through views: the path of long threads
+    msgs = _chat(200, T0, seed=4)
+    h.ingest("bot", Thread("bot", tuple(msgs)))
+    assert h.vectors("bot").wait(60)
+    requests = [f"what did we say about the {t}?" for t in ("budget for Q3", "deploy on Friday", "team offsite",
+                                                             "flaky test", "ramen in Sapporo")]
+
+    def asks(n: int) -> None:  # the same requests (their embeddings are cached), other budgets
+        for i in range(n):
+            h.ask("bot", requests[i % len(requests)], budget=Budget.parse(str(700 + 7 * i)), log_turn=False)
+    asks(20)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    asks(150)
+    gc.collect()
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    assert grown < 300_000, f"{grown / 1e6:.2f} MB more Python memory after 150 asks"

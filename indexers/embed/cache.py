@@ -16,7 +16,7 @@ from ..errors import BackendError
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
 _CHUNK = 500  # SQLite's bound-parameter limit is far above this on every build we know
-MEMORY_ENTRIES = 4096
+MEMORY_ENTRIES = 1024
 
 
 def cache_key(embedder_id: str, kind: str, text: str) -> bytes:

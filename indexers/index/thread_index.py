@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -23,6 +23,18 @@ from ..tokens import count_message
 from .faiss_index import FaissIndex
 
 _MESSAGE_OVERHEAD = 300  # bytes a message costs in memory besides its text, about
+
+
+@lru_cache(maxsize=1)
+def _threadpools():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """A context in which numpy's BLAS uses one thread (about 20 microseconds to enter)."""
+    return _threadpools().limit(limits=1, user_api="blas")
 
 
 def as_message(stored: StoredMessage) -> Message:
@@ -120,8 +132,8 @@ class ThreadIndex:
             matrix[k] = zero if vector is None else vector
             self.rows.append(self.position[m.id])
             self.lexical.add(m.terms)
-            if first + k >= keep_from:
-                self._tail[first + k] = (matrix[k], m.terms)
+            if first + k >= keep_from:  # a copy: a view would keep the whole matrix alive beside FAISS's
+                self._tail[first + k] = (matrix[k].copy(), m.terms)
         self.vectors.add(np.arange(first, first + len(messages)), matrix)
 
     def _close(self, positions: list[int], stored: StoredBlock | None, terms: list[str] | None = None) -> None:
@@ -216,7 +228,10 @@ class ThreadIndex:
 
     def dense(self, query: np.ndarray) -> np.ndarray:
         """Cosine of every row with the query, in row order."""
-        return self.vectors.scores_all(query)
+        # One BLAS thread: a second one costs more than it saves on a busy 2-core machine, and
+        # it spins on after the product, slowing everything else the request does.
+        with one_blas_thread():
+            return self.vectors.scores_all(query)
 
     def position_after(self, key: Key) -> int:
         """The first position whose message comes after `key`."""

@@ -131,9 +131,10 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(settings, store=args.out)
     try:
         with tqdm(total=len(thread.messages), desc="indexing", unit="msg", file=sys.stderr) as bar:
-            index = engine.index(thread, progress=bar.update)
-        print(f"indexed {len(index.rows)} messages in {len(index.blocks)} blocks with {engine.embedder.id} "
-              f"-> {args.out}")
+            thread_id = engine.put(thread, progress=bar.update)
+        blocks = len(engine.store.blocks(thread_id))
+        print(f"indexed {engine.store.count(thread_id)} messages in {blocks} closed blocks and the open one with "
+              f"{engine.embedder.id} -> {args.out}")
     finally:
         engine.close()
     return 0

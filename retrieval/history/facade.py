@@ -160,7 +160,8 @@ class History(Maintenance):
 
     # -- reads ---------------------------------------------------------------------------
     def _current(self, thread_id: str) -> tuple[Entry, Marker]:
-        """The thread's entry, brought up to date (call with entry.lock held)."""
+        """The thread's entry and its current marker (one read); the entry is brought up to
+        date by `states.current` under its lock."""
         marker = self.store.marker(check_thread_id(thread_id))
         if marker is None:
             dropped = self.states.discard(thread_id)
@@ -231,7 +232,7 @@ class History(Maintenance):
                 names.append(name)
         entry, marker = self._current(thread_id)
         if keywords is None and any(get_strategy(n).uses_search for n in names):
-            keywords = self.asker.keywords(request, self._anchor(entry, thread_id))
+            keywords = self.asker.keywords(request, self._anchor(entry, marker))
         vector = self.asker.query_vector(keywords) if keywords is not None else None
         out = []
         for name in names:
@@ -265,12 +266,12 @@ class History(Maintenance):
         return candidate_view(self.store, entry.vectors, entry.closed, marker, vector, keywords, self.embedder.dim,
                               self.segmenter)
 
-    def _anchor(self, entry: Entry, thread_id: str):
+    def _anchor(self, entry: Entry, marker: Marker):
         """The time of the thread's last message: relative dates ("last week") count from it."""
         index = entry.index
-        if index is not None and entry.marker is not None and index.marker == entry.marker:
+        if index is not None and index.marker == marker:
             return index.last_time
-        last = [m for m in self.store.messages(thread_id, last=1) if m.timestamp]
+        last = [m for m in self.store.messages(entry.thread_id, last=1) if m.timestamp]
         return last[-1].timestamp if last else None
 
     def threads(self):
