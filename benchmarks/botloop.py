@@ -1,7 +1,10 @@
 """The bot's path, measured: a stored thread that grows while it is asked.
 
     python benchmarks/botloop.py --pg postgresql://USER@127.0.0.1:PORT/SCRATCH_DB   # writes benchmarks/botloop.md
-    python benchmarks/botloop.py --structured          # + the real local LLM (OPENAI_BASE_URL etc. set)
+    python benchmarks/botloop.py --sizes 0 --no-many --structured   # the real local LLM (OPENAI_BASE_URL etc. set)
+
+The published table: --sizes 1000,5000,50000,1000000 --turns 10000 --long-turns 2000 (about
+2.5 hours on 2 cores, most of it the 1M-message ingests).
 
 Each case runs in a fresh process. One thread is bulk-ingested (LoCoMo repeated; real USE-m3
 vectors plus N(0, 0.02) noise, precomputed, as in benchmarks/scale.py), then a bot's turns
@@ -39,7 +42,8 @@ def _history(url: str, workdir: Path, cache_dir: Path, **overrides):
     from indexers.settings import Settings
     from retrieval import History
 
-    settings = Settings.load(env={}, db=url, data_dir=workdir / "data", cache_dir=cache_dir, batch_size=1000,
+    # only the structured case reads the environment (the LLM it names); the rest use defaults
+    settings = Settings.load(env=overrides.pop("env", {}), db=url, data_dir=workdir / "data", cache_dir=cache_dir, batch_size=1000,
                              keyword=overrides.pop("keyword", "local"), **overrides)
     return History(settings)
 
@@ -128,12 +132,27 @@ def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> di
     rss0 = (_rss_mb(), _anon_mb())
     adds, after, without, warm = _turns(history, ["bot"], questions, texts, turns, last)
     gc.collect()
+    rss1 = (_rss_mb(), _anon_mb())
+    asks_only = _asks_only(history, questions, turns)
     out = {"case": "one thread", "messages": n, "backend": url.split(":")[0], "turns": turns,
            "ingest_s": round(ingest_s, 1), "embed_ms_p50": _pct(embed_ms, 50),
            "view": "whole thread" if n + 2 * turns <= history.settings.view_limit else "candidates",
-           "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, (_rss_mb(), _anon_mb()))}
+           "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, rss1), **asks_only}
     history.close()
     return out
+
+
+def _asks_only(history, questions: list[str], turns: int, n: int = 2_000) -> dict:
+    """Asks with no write in between, after the loop (caches warm): what grows per request."""
+    from indexers.settings import Budget
+
+    budget = Budget.parse(BUDGET)
+    gc.collect()
+    before = _anon_mb()
+    for i in range(n):
+        history.ask("bot", f"{questions[i % len(questions)]} (after {turns + i})", budget=budget)
+    gc.collect()
+    return {"asks_only": n, "anon_growth_asks_only_mb": round(_anon_mb() - before, 1)}
 
 
 def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int = 1000, size: int = 100) -> dict:
@@ -161,15 +180,15 @@ def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int
     return out
 
 
-def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, n: int = 6000) -> dict:
+def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, lookback: int, n: int = 6000) -> dict:
     """`structured` with the real LLM: calls per turn, each user statement read once."""
     from indexers.settings import Budget, Settings
 
     if Settings.load().llm is None:
         sys.exit("the structured case needs an LLM: run semhist llm-server and export what it prints")
     messages, vectors, questions = corpus(n, cache_dir)
-    history = _history(url, workdir, cache_dir, keyword="auto", view_limit=5000, llm_timeout=300,
-                       compaction_lookback=200)
+    history = _history(url, workdir, cache_dir, env=dict(os.environ), keyword="auto", view_limit=5000, llm_timeout=300,
+                       compaction_lookback=lookback)
     history.store.migrate()
     _bulk(history, "bot", messages, vectors)
     last, texts = messages[-1].timestamp, [m.content for m in messages if m.role == "user"][:turns]
@@ -191,7 +210,7 @@ def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, n: int
     from retrieval.memory.compaction import only_questions
 
     calls = [t["llm_calls"] for t in per_turn]
-    return {"case": "structured", "messages": n, "backend": url.split(":")[0], "turns": turns,
+    return {"case": "structured", "messages": n, "lookback": lookback, "backend": url.split(":")[0], "turns": turns,
             "llm_calls": sum(calls), "llm_calls_per_turn_p50": float(np.median(calls)), "llm_calls_per_turn_max": max(calls),
             "summary_calls": sum(t["summaries"] for t in per_turn),
             "extraction_calls": sum(t["extracted"] for t in per_turn),
@@ -205,8 +224,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000,5000,50000,1000000")
     p.add_argument("--turns", type=int, default=10_000)
+    p.add_argument("--long-turns", type=int, help="turns for threads above 10,000 messages and for the "
+                   "many-threads case (default: --turns); their ingest dominates otherwise")
+    p.add_argument("--only", choices=["sqlite", "postgresql"], help="run one backend only")
+    p.add_argument("--no-many", action="store_true", help="skip the many-threads case")
     p.add_argument("--pg", help="PostgreSQL URL of a scratch database (emptied per case)")
     p.add_argument("--structured", action="store_true", help="also the structured case with the configured LLM")
+    p.add_argument("--structured-turns", type=int, default=100)
+    p.add_argument("--lookback", type=int, default=200, help="compaction_lookback of the structured case")
     p.add_argument("--workdir", default="/tmp/semhist-botloop")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "botloop"))
@@ -217,43 +242,51 @@ def main() -> None:
         kind, n, url = args.one
         result = (case_one(int(n), url, work, cache, args.turns) if kind == "one" else
                   case_many(url, work, cache, args.turns) if kind == "many" else
-                  case_structured(url, work, cache, args.turns))
+                  case_structured(url, work, cache, args.turns, args.lookback))
         print(json.dumps(result))
         return
-    cases = [("one", n) for n in map(int, args.sizes.split(","))] + [("many", 0)]
+    cases = [("one", n) for n in map(int, args.sizes.split(",")) if n] + ([] if args.no_many else [("many", 0)])
     cases += [("structured", 6000)] if args.structured else []
-    rows = []
+    backends = ["sqlite"] + (["postgresql"] if args.pg else [])
+    backends = [b for b in backends if args.only in (None, b)]
+    out = Path(args.out + ".json")
+    rows = json.loads(out.read_text()) if out.exists() else []  # a rerun case replaces its row
     for kind, n in cases:
-        for backend in ["sqlite"] + (["postgresql"] if args.pg and kind != "structured" else []):
+        for backend in [b for b in backends if b == "sqlite" or kind != "structured"]:
             case_dir = work / f"{kind}-{backend}-{n}"
             subprocess.run(["rm", "-rf", str(case_dir)], check=True)
             case_dir.mkdir(parents=True)
             url = f"sqlite:///{case_dir / 'store.sqlite3'}" if backend == "sqlite" else args.pg
             if backend == "postgresql":
                 _fresh_pg(url)
-            turns = 100 if kind == "structured" else args.turns
+            turns = (args.structured_turns if kind == "structured" else args.turns if kind == "one" and n <= 10_000
+                     else args.long_turns or args.turns)
             print(f"-- {kind} {backend} {n:,} messages, {turns} turns", file=sys.stderr, flush=True)
             done = subprocess.run([sys.executable, __file__, "--one", kind, str(n), url, "--turns", str(turns),
+                                   "--lookback", str(args.lookback),
                                    "--workdir", str(case_dir), "--cache-dir", args.cache_dir],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
             if done.returncode:
                 sys.exit(f"case {kind} {backend} {n} failed")
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            key = (row["case"], row["backend"], row["messages"])
+            rows = [r for r in rows if (r["case"], r["backend"], r["messages"]) != key] + [row]
+            rows.sort(key=lambda r: (r["case"] == "structured", "x" in r["case"], r["messages"], r["backend"] != "sqlite"))
+            out.write_text(json.dumps(rows, indent=1))
+            Path(args.out + ".md").write_text(report(rows, any(r["backend"] == "postgresql" for r in rows)))
             subprocess.run(["rm", "-rf", str(case_dir)], check=True)
-    Path(args.out + ".json").write_text(json.dumps(rows, indent=1))
-    Path(args.out + ".md").write_text(report(rows, bool(args.pg)))
-    print(report(rows, bool(args.pg)))
+    print(report(rows, any(r["backend"] == "postgresql" for r in rows)))
 
 
 def report(rows: list[dict], with_pg: bool) -> str:
     cols = ["case", "backend", "messages", "turns", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
             "ask_after_write_ms_p95", "ask_no_write_ms_p50", "ask_no_write_ms_p95", "after_vs_no_write_p50",
-            "rss_start_mb", "rss_end_mb", "rss_growth_mb", "rss_growth_after_warm_mb", "anon_growth_mb",
-            "anon_growth_after_warm_mb", "full_loads", "embed_ms_p50"]
+            "rss_start_mb", "rss_end_mb", "rss_growth_mb", "anon_growth_mb", "anon_growth_after_warm_mb",
+            "anon_growth_asks_only_mb", "full_loads", "embed_ms_p50"]
     loop = [r for r in rows if r["case"] != "structured"]
     lines = ["# The bot's path (`python benchmarks/botloop.py`)", "",
-             f"Machine: {os.cpu_count()} cores. " + (__doc__ or "").split("\n\n")[2].replace("\n", " "), ""]
+             f"Machine: {os.cpu_count()} cores. " + " ".join((__doc__ or "").split("\n\n")[2:4]).replace("\n", " "), ""]
     if not with_pg:
         lines += ["PostgreSQL: skipped (no --pg URL given).", ""]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -263,7 +296,7 @@ def report(rows: list[dict], with_pg: bool) -> str:
               f"{r['state_mb']} MB by their own estimate (limit {r['cache_limit']})." for r in many]
     for r in rows:
         if r["case"] == "structured":
-            lines += ["", f"`structured` on {r['messages']:,} messages (compaction_lookback 200), {r['turns']} turns "
+            lines += ["", f"`structured` on {r['messages']:,} messages (compaction_lookback {r.get('lookback', 200)}), {r['turns']} turns "
                       f"with the LLM: {r['llm_calls']} LLM calls ({r['summary_calls']} summary chunks, "
                       f"{r['extraction_calls']} statement extractions), per turn p50 {r['llm_calls_per_turn_p50']:g}, "
                       f"max {r['llm_calls_per_turn_max']}; turns still catching up: {r['turns_with_backlog']}; "
