@@ -28,16 +28,16 @@ def _encoding():
 CACHED_LENGTH = 2_000
 
 
-@lru_cache(maxsize=32768)
-def _count_cached(text: str) -> int:
+def _count(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
+
+
+_count_cached = lru_cache(maxsize=32768)(_count)
 
 
 def count_text(text: str) -> int:
     """Tokens in one string."""
-    if len(text) > CACHED_LENGTH:
-        return len(_encoding().encode(text, disallowed_special=()))
-    return _count_cached(text)
+    return _count(text) if len(text) > CACHED_LENGTH else _count_cached(text)
 
 
 def count_message(message: Mapping[str, Any]) -> int:

@@ -105,8 +105,8 @@ class Engine:
                                      f"again: semhist index FILE --out DIR {flag} {wanted}")
 
     def index(self, thread: Thread, progress: Callable[[int], None] | None = None) -> ThreadIndex:
-        """The thread's in-memory index (stored and embedded first if needed); a thread above
-        `view_limit` has none (it is searched through candidate views)."""
+        """The thread's in-memory index (stored and embedded first if needed). A thread above
+        `view_limit` has none: InputError (it is searched through candidate views)."""
         return self.history.index(self.put(thread, progress))
 
     # -- asking ----------------------------------------------------------------------------
@@ -114,9 +114,6 @@ class Engine:
         """What to search for; relative dates resolve against the thread's last message."""
         anchor = next((m.timestamp for m in reversed(thread.messages) if m.timestamp), None) if thread else None
         return self.history.asker.keywords(request, anchor)
-
-    def full_tokens(self, thread: Thread, request: str) -> int:
-        return self.history.asker.full_tokens(self.index(thread), request)
 
     def ask(self, thread: Thread, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             keywords: KeywordResult | None = None, answer: bool = False) -> AskResult:

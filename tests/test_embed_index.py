@@ -86,3 +86,40 @@ def test_saved_index_refuses_another_model_or_another_thread(ramen, tmp_path, se
     other = loads('[{"role": "user", "content": "different"}]').only()
     with pytest.raises(IndexMismatchError, match="another version of the thread"):
         Engine(settings, llm=None, store=tmp_path / "idx", add_threads=False).ask(other, "x")
+
+
+def test_concurrent_dense_scores_leave_the_process_blas_threads_as_they_were():
+    """Each product runs on one BLAS thread; asks on several threads at once must not leave
+    the process's BLAS limited (or not) when they are done."""
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from indexers.index.faiss_index import FaissIndex
+
+    def blas() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    index = FaissIndex(64)
+    before = blas()  # with faiss (and its own BLAS) loaded
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((2000, 64)).astype(np.float32)
+    index.add(np.arange(2000), vectors)
+    query = vectors[7]
+    expected = vectors @ query
+    seen, errors = [], []
+
+    def ask() -> None:
+        try:
+            for _ in range(200):
+                seen.append(np.allclose(index.scores_all(query), expected, atol=1e-4))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=ask) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors and len(seen) == 800 and all(seen)
+    assert blas() == before

@@ -3,6 +3,8 @@ ids, exact (flat) or approximate (HNSW). FAISS errors surface as BackendError.""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..errors import BackendError, ConfigError
@@ -13,6 +15,45 @@ HNSW_EF_CONSTRUCTION = 64
 # On 1M repeated-LoCoMo vectors (benchmarks/scale.py), recall@10 against exact search was 0.97
 # at efSearch 128 and 0.99 at 256, for 0.39 vs 0.42 ms per query: 256 it is.
 HNSW_EF_SEARCH = 256
+
+
+class _OneBlasThread:
+    """numpy's BLAS at one thread while any thread is inside. The first to enter sets it and
+    the last to leave puts back the count the process had when this was first used, so
+    concurrent asks cannot leave the process's BLAS at the wrong size. Only BLAS builds with
+    a process-wide setting (pthreads) are touched: an OpenMP build's count is per thread, and
+    setting it from one thread and restoring it from another would leave the first one changed."""
+
+    def __init__(self) -> None:
+        self._lock, self._inside, self._libs = threading.Lock(), 0, None
+
+    def _process_wide(self) -> list:
+        if self._libs is None:
+            from threadpoolctl import ThreadpoolController
+
+            blas = ThreadpoolController().select(user_api="blas").lib_controllers
+            self._libs = [(lib, lib.num_threads) for lib in blas
+                          if getattr(lib, "threading_layer", None) != "openmp"]
+        return self._libs
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._inside == 0:
+                for lib, _ in self._process_wide():
+                    lib.set_num_threads(1)
+            self._inside += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                for lib, threads in self._process_wide():
+                    lib.set_num_threads(threads)
+
+
+# One BLAS thread for the product: a second one costs more than it saves on a busy 2-core
+# machine, and it spins on after the product, slowing everything else the request does.
+ONE_BLAS_THREAD = _OneBlasThread()
 
 
 def faiss_module():
@@ -80,7 +121,8 @@ class FaissIndex:
         faiss = faiss_module()
         inner = faiss.downcast_index(self._index.index)
         matrix = np.asarray(faiss.rev_swig_ptr(inner.get_xb(), n * self.dim)).reshape(n, self.dim)
-        return matrix @ np.asarray(query, dtype=np.float32).reshape(-1)
+        with ONE_BLAS_THREAD:
+            return matrix @ np.asarray(query, dtype=np.float32).reshape(-1)
 
     def ids(self) -> np.ndarray:
         """The ids held, in the order they were added."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -23,18 +23,6 @@ from ..tokens import count_message
 from .faiss_index import FaissIndex
 
 _MESSAGE_OVERHEAD = 300  # bytes a message costs in memory besides its text, about
-
-
-@lru_cache(maxsize=1)
-def _threadpools():
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def one_blas_thread():
-    """A context in which numpy's BLAS uses one thread (about 20 microseconds to enter)."""
-    return _threadpools().limit(limits=1, user_api="blas")
 
 
 def as_message(stored: StoredMessage) -> Message:
@@ -228,10 +216,7 @@ class ThreadIndex:
 
     def dense(self, query: np.ndarray) -> np.ndarray:
         """Cosine of every row with the query, in row order."""
-        # One BLAS thread: a second one costs more than it saves on a busy 2-core machine, and
-        # it spins on after the product, slowing everything else the request does.
-        with one_blas_thread():
-            return self.vectors.scores_all(query)
+        return self.vectors.scores_all(query)
 
     def position_after(self, key: Key) -> int:
         """The first position whose message comes after `key`."""
