@@ -13,9 +13,18 @@ class SemhistError(Exception):
 
 
 class InputError(SemhistError):
-    """The history or request given to us is unusable (bad JSON, bad field, bad time)."""
+    """The history or request given to us is unusable (bad JSON, bad field, bad time).
+    `index` and `field` name the message and field at fault, when there is one."""
 
     exit_code = 2
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None):
+        super().__init__(message)
+        self.index, self.field = index, field
+
+
+class NotFoundError(InputError):
+    """The thread or message named does not exist (or was forgotten)."""
 
 
 class ConfigError(SemhistError):

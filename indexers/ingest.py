@@ -27,8 +27,9 @@ from .tokens import count_message
 class IngestResult:
     added: int
     skipped: int  # already stored (same source key)
-    ids: tuple[int, ...] = ()
+    ids: tuple[int, ...] = ()  # of the messages added
     writes: tuple[AppendResult, ...] = field(default=(), repr=False)
+    every_id: tuple[int, ...] = field(default=(), repr=False)  # of each input message, stored before or now
 
 
 def source_key(position: int, msg: Message) -> str:
@@ -95,19 +96,34 @@ class Ingestor:
         batch in flight, and running again completes the rest)."""
         keys = list(keys) if keys is not None else [None] * len(messages)
         ids: list[int] = []
+        every: list[int] = []
         writes: list[AppendResult] = []
         for start in range(0, len(messages), self.batch_size):
             batch, batch_keys = messages[start:start + self.batch_size], keys[start:start + self.batch_size]
             known = self.store.existing_keys(thread_id, [k for k in batch_keys if k])
             todo = [(m, k) for m, k in zip(batch, batch_keys) if not k or k not in known]
+            added: tuple[int, ...] = ()
             if todo:
                 rows = self.prepare([m for m, _ in todo], [k for _, k in todo])
                 write = self.store.append(thread_id, rows, self.embedder.id, self.segment_tail)
                 writes.append(write)
-                ids.extend(write.ids)
+                added = write.ids
+                ids.extend(added)
+            every.extend(self._every_id(thread_id, batch_keys, known, todo, added))
             if progress:
                 progress(len(batch))
-        return IngestResult(len(ids), len(messages) - len(ids), tuple(ids), tuple(writes))
+        return IngestResult(len(ids), len(messages) - len(ids), tuple(ids), tuple(writes), tuple(every))
+
+    def _every_id(self, thread_id: str, keys: Sequence[str | None], known: dict[str, int],
+                  todo: list, added: tuple[int, ...]) -> list[int]:
+        """The id of each message of a batch, in order: stored before (by key) or just now."""
+        if len(added) != len(todo):
+            # another writer stored some of these keys between our check and our insert
+            known = self.store.existing_keys(thread_id, [k for k in keys if k])
+            taken = set(known.values())
+            added = tuple(i for i in added if i not in taken)
+        fresh = iter(added)
+        return [known[k] if k and k in known else next(fresh) for k in keys]
 
     def reembed(self, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
         """Embed every stored message again with this ingestor's embedder (after a model

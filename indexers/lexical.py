@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 
 import numpy as np
 
@@ -41,18 +41,26 @@ def is_japanese(text: str) -> bool:
     return bool(_JA_CHARS.search(text))
 
 
-@lru_cache(maxsize=1)
+# One tokenizer and stemmer per thread: the Snowball stemmer keeps its word in the object
+# (shared by a service's request threads it raised IndexError), and janome's is not
+# documented as thread-safe.
+_local = threading.local()
+
+
 def _janome():
-    from janome.tokenizer import Tokenizer
+    if not hasattr(_local, "janome"):
+        from janome.tokenizer import Tokenizer
 
-    return Tokenizer()
+        _local.janome = Tokenizer()
+    return _local.janome
 
 
-@lru_cache(maxsize=1)
 def _stemmer():
-    import snowballstemmer
+    if not hasattr(_local, "stemmer"):
+        import snowballstemmer
 
-    return snowballstemmer.stemmer("english")
+        _local.stemmer = snowballstemmer.stemmer("english")
+    return _local.stemmer
 
 
 def _japanese_words(text: str) -> list[str]:

@@ -69,13 +69,13 @@ def parse_timestamp(value: Any, zone: tzinfo) -> datetime:
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not a time")
-        return datetime.fromtimestamp(value, tz=timezone.utc)
+        return _from_epoch(value)
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected an ISO 8601 string or epoch seconds, got {value!r}")
     text = value.strip()
     try:
         if text.replace(".", "", 1).isdigit():
-            return datetime.fromtimestamp(float(text), tz=timezone.utc)
+            return _from_epoch(float(text))
         parsed = dparser.isoparse(text)
     except (ValueError, OverflowError):
         try:
@@ -83,6 +83,13 @@ def parse_timestamp(value: Any, zone: tzinfo) -> datetime:
         except (ValueError, OverflowError) as exc:
             raise ValueError(f"cannot parse time {value!r}") from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)
+
+
+def _from_epoch(seconds: float) -> datetime:
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"epoch seconds {seconds!r} are out of range (years 1-9999)") from None
 
 
 def _message(raw: Any, index: int, zone: tzinfo) -> Message:
@@ -129,8 +136,8 @@ class _Bad(ValueError):
 
 
 def build_thread(thread_id: str, raw_messages: Any, *, zone: tzinfo, lenient: bool,
-                 queries: Iterable[Query] = (), language: str | None = None
-                 ) -> tuple[Thread, list[Problem]]:
+                 queries: Iterable[Query] = (), language: str | None = None,
+                 hint: str = " (use --lenient to skip bad messages)") -> tuple[Thread, list[Problem]]:
     """Validate a list of raw messages into a Thread; indices stay those of the input."""
     if not isinstance(raw_messages, list):
         raise InputError(f"thread {thread_id}: 'messages' must be a list")
@@ -146,7 +153,7 @@ def build_thread(thread_id: str, raw_messages: Any, *, zone: tzinfo, lenient: bo
         except _Bad as bad:
             problem = Problem(thread_id, i, bad.field, bad.reason)
             if not lenient:
-                raise InputError(str(problem) + " (use --lenient to skip bad messages)") from None
+                raise InputError(str(problem) + hint, index=i, field=bad.field) from None
             problems.append(problem)
             continue
         last_time = msg.timestamp or last_time

@@ -17,9 +17,9 @@ from typing import Any
 from .errors import ConfigError
 
 # Option groups: each command shows the groups it uses (retrieval/cli/options.py).
-EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE = (
+EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE, SERVICE = (
     "embedding", "segmentation", "selection", "keyword", "memory", "input", "store", "writing", "serving",
-    "cache")
+    "cache", "service")
 
 
 def option(default: Any = MISSING, *, help: str, group: str, flag: str | None = None,
@@ -153,6 +153,13 @@ class Settings:
     # -- caches
     cache_dir: Path = option(group=CACHE, factory=_default_cache_dir, shown="the user cache directory",
                              help="where embeddings and the local model are cached")
+    # -- the HTTP service (semhist serve)
+    max_body_kb: int = option(4096, group=SERVICE, help="largest request body the service accepts (413 above)")
+    max_batch: int = option(256, group=SERVICE, help="most messages one POST may add (413 above)")
+    max_message_chars: int = option(100_000, group=SERVICE, help="longest message or request text the service "
+                                                                   "accepts (413 above)")
+    # Only from the environment (SEMHIST_API_TOKEN): a flag would show the secret in `ps`.
+    api_token: str | None = field(default=None, repr=False)
     llm: LLMConfig | None = None
 
     @classmethod
@@ -180,7 +187,8 @@ class Settings:
     def validated(self) -> Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
-                    "ann_threshold", "batch_size", "cache_threads", "cache_mb")
+                    "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
+                    "max_message_chars")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -12,6 +12,12 @@ def _time(ts) -> str | None:
     return ts.isoformat() if ts else None
 
 
+def thread_dict(info) -> dict[str, Any]:
+    """A stored thread's summary (`semhist threads --json`, `GET /v1/threads`)."""
+    return {"thread": info.thread_id, "messages": info.messages, "first": _time(info.first),
+            "last": _time(info.last), "retention_days": info.retention_days}
+
+
 def ask_dict(result: AskResult) -> dict[str, Any]:
     """One `ask` as a JSON-ready object; message indices are the file's for a history file,
     store ids for a stored thread."""

@@ -115,43 +115,28 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
-def _pg_bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: [int(x) for x in p.parts[-3].split(".") if x.isdigit()])
-    return found[-1].parent if found else None
-
-
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory) -> str:
+def postgres_url() -> str:
     """A real PostgreSQL: the one `.ci/run` started (SEMHIST_TEST_POSTGRES_URL), or a private
     cluster started here on 127.0.0.1 and stopped at the end of the session."""
     url = os.environ.get("SEMHIST_TEST_POSTGRES_URL")
     if url:
         yield url
         return
-    bindir = _pg_bin()
+    cluster = private_cluster()
+    try:
+        yield cluster.url
+    finally:
+        cluster.remove()
+
+
+def private_cluster():
+    from .servers import Cluster, pg_bindir
+
+    bindir = pg_bindir()
     if bindir is None:
         pytest.fail("PostgreSQL is not installed: apt-get install postgresql (or set SEMHIST_TEST_POSTGRES_URL)")
-    import shutil
-    import tempfile
-
-    base = Path(tempfile.mkdtemp(prefix="semhist-pg-"))  # pytest's tmp dirs are closed to other users
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        subprocess.run(["chown", "-R", "postgres", str(base)], check=True)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = base / "data", _free_port()
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "semhist"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(base / "log"), "-o",
-                    f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off", "start"],
-                   check=True, capture_output=True)
-    try:
-        subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "semhist", "semhist_test"],
-                       check=True, capture_output=True)
-        yield f"postgresql://semhist@127.0.0.1:{port}/semhist_test"
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+    return Cluster(bindir)
 
 
 def drop_all(url: str) -> None:

@@ -218,3 +218,29 @@ def test_a_replica_never_returns_what_another_forgot(make_history, ramen):
     assert len(reader.index("a").rows) == len(ramen.messages) - 1
     writer.add("a", "user", "すみれの新メニューが出た")
     assert any("新メニュー" in m.content for m, _ in reader.search("a", vector, k=100))
+
+
+def test_a_request_stored_before_the_ask_is_sent_once(make_history):
+    h = make_history()
+    h.add("t", "user", "最初の話題はラーメンでした")
+    h.add("t", "assistant", "いいですね、一蘭でしたね")
+    h.add("t", "user", "ラーメンの話をまとめて")  # a bot stores the user's message, then asks
+    messages = h.ask("t", "ラーメンの話をまとめて").prompt.messages
+    assert [m["content"] for m in messages].count("ラーメンの話をまとめて") == 1
+    assert messages[-1] == {"role": "user", "content": "ラーメンの話をまとめて"}
+
+
+def test_add_many_stores_all_or_nothing_and_returns_every_id(make_history):
+    h = make_history()
+    first = h.add_many("t", [{"role": "user", "content": "a", "id": "k1"}, {"role": "assistant", "content": "b"}])
+    again = h.add_many("t", [{"role": "user", "content": "c", "id": "k2"}, {"role": "user", "content": "a", "id": "k1"},
+                             {"role": "user", "content": "c", "id": "k2"}])
+    assert again.added == 1
+    assert again.every_id[1] == first.every_id[0] and again.every_id[0] == again.every_id[2]
+    with pytest.raises(InputError) as bad:
+        h.add_many("t", [{"role": "user", "content": "x"}, {"role": "user", "content": "y", "timestamp": "nope"}])
+    assert (bad.value.index, bad.value.field) == (1, "timestamp")
+    with pytest.raises(InputError) as bad:
+        h.add_many("t", [{"role": "user", "content": "x", "timestamp": 1e20}])
+    assert bad.value.field == "timestamp" and "out of range" in str(bad.value)
+    assert h.store.count("t") == 3

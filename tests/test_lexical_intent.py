@@ -40,3 +40,19 @@ def test_plan_removes_time_and_meta_words_from_the_search():
     assert plan.time_range.start.date().isoformat() == "2023-05-08"
     assert plan.terms == ["carolin", "melani"]
     assert plan.intent == TOPIC
+
+
+def test_tokenize_is_safe_across_threads():
+    """A service tokenizes in several request threads at once (the shared Snowball stemmer
+    raised IndexError under load)."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(3)
+    words = ("running generously organizational happily relational conditioning hopefulness nationalization "
+             "rationalize sensational communications ラーメンを食べに行きました 来週の定例は火曜です").split()
+    texts = [" ".join(rng.choices(words, k=12)) for _ in range(400)]
+    expected = [tokenize(t) for t in texts]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(3):
+            assert list(pool.map(tokenize, texts)) == expected

@@ -57,9 +57,14 @@ def test_cli_flags_are_derived_from_the_settings():
     from retrieval.cli import build_parser
 
     parser = build_parser()
-    ask = parser._subparsers._group_actions[0].choices["ask"]
-    offered = {a.dest: a for a in ask._actions}
+    commands = parser._subparsers._group_actions[0].choices
+    offered = {a.dest: a for a in commands["ask"]._actions}
+    served = {a.dest: a for a in commands["serve"]._actions}
     for f in settings_fields():
+        assert f.name in served, f"semhist serve does not offer the setting {f.name}"
+        if f.metadata["group"] == "service":  # the HTTP service's limits
+            assert f.name not in offered
+            continue
         assert f.name in offered, f"semhist ask does not offer the setting {f.name}"
         if f.default is not MISSING and not isinstance(f.default, bool) and f.default is not None:
             assert f"default: {f.default}" in offered[f.name].help, f.name

@@ -37,6 +37,7 @@ class EmbeddingCache:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
                 self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the last writes costs a re-embed
                 self._db.execute(_SCHEMA)
                 self._db.commit()
             except (OSError, sqlite3.Error) as exc:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .forget import ForgetMixin
-from ..errors import InputError
+from ..errors import NotFoundError
 from .lexical_keys import block_document
 from .memory import MemoryMixin
 from .reads import ReadMixin
@@ -129,6 +129,13 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
             cur.execute(f"SELECT t.thread_id, t.n_messages, {first_last.format('ASC')}, {first_last.format('DESC')}, "
                         "t.retention_days FROM threads t ORDER BY t.thread_id")
             return [ThreadInfo(r[0], int(r[1]), stamp(r[2], None), stamp(r[3], None), r[4]) for r in cur.fetchall()]
+
+    def totals(self) -> tuple[int, int]:
+        """(threads, messages) stored: two counters summed, cheap enough for a health check."""
+        with self._read() as cur:
+            cur.execute("SELECT COUNT(*), COALESCE(SUM(n_messages), 0) FROM threads")
+            row = cur.fetchone()
+        return int(row[0]), int(row[1])
 
     def has_thread(self, thread_id: str) -> bool:
         return self.marker(thread_id) is not None
@@ -250,14 +257,14 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
                                   "ON CONFLICT (thread_id, token) DO UPDATE SET df = block_term_df.df + 1"),
                         [(thread_id, token) for token in sorted(set(document.split()))])
 
-    def existing_keys(self, thread_id: str, keys: Sequence[str]) -> set[str]:
-        """Which of these source keys the thread already holds."""
-        found: set[str] = set()
+    def existing_keys(self, thread_id: str, keys: Sequence[str]) -> dict[str, int]:
+        """Which of these source keys the thread already holds, with their message ids."""
+        found: dict[str, int] = {}
         with self._read() as cur:
             for chunk in chunks(keys):
-                cur.execute(self._sql(f"SELECT source_key FROM messages WHERE thread_id = ? AND source_key IN "
+                cur.execute(self._sql(f"SELECT source_key, id FROM messages WHERE thread_id = ? AND source_key IN "
                                       f"({marks(chunk)})"), (check_thread_id(thread_id), *chunk))
-                found.update(r[0] for r in cur.fetchall())
+                found.update((r[0], int(r[1])) for r in cur.fetchall())
         return found
 
     def id_of(self, thread_id: str, source_key: str | None) -> int:
@@ -267,5 +274,5 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
                         (check_thread_id(thread_id), source_key))
             row = cur.fetchone()
         if row is None:
-            raise InputError(f"thread {thread_id} holds no message with key {source_key!r}")
+            raise NotFoundError(f"thread {thread_id} holds no message with key {source_key!r}")
         return int(row[0])

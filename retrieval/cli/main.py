@@ -12,8 +12,8 @@ from indexers.errors import SemhistError
 from indexers.settings import CACHE, EMBED, INPUT, SEGMENT, STORE, WRITE, Settings
 
 from ..pipeline import STRATEGIES
-from . import files, stored
-from .options import ASKING, FILES, READING, WRITING, add_settings, settings_from
+from . import files, serving, stored
+from .options import ASKING, FILES, READING, SERVING, WRITING, add_settings, settings_from
 
 log = logging.getLogger("semhist")
 
@@ -141,6 +141,22 @@ def build_parser() -> argparse.ArgumentParser:
                  help="monitoring figures from the turn log: tokens sent vs full history, compactions, LLM cost")
     p.add_argument("--thread", help="one thread only")
     p.add_argument("--json", action="store_true")
+
+    p = _command(sub, "serve", serving.cmd_serve, SERVING,
+                 help="serve stored threads over HTTP (JSON API, OpenAPI at /openapi.json; extra semhist[service])")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; anything but loopback needs "
+                                                       "SEMHIST_API_TOKEN")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="worker processes (share the store: use PostgreSQL "
+                                                          "across machines)")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+
+    p = _command(sub, "agent", serving.cmd_agent, ASKING,
+                 help="a Teams agent (Microsoft 365 Agents SDK) that remembers its threads (extra semhist[teams])")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=3978)
+    p.add_argument("--anonymous", action="store_true", help="accept unauthenticated requests (local development "
+                                                            "only; loopback only)")
 
     p = _command(sub, "llm-server", cmd_llm_server, (CACHE,),
                  help="serve the packaged local LLM on 127.0.0.1 (OpenAI-compatible)")

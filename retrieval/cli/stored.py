@@ -8,7 +8,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from indexers.errors import InputError
+from indexers.errors import InputError, NotFoundError
 from indexers.settings import Settings
 from indexers.store import check_thread_id
 
@@ -64,10 +64,7 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_threads(args: argparse.Namespace, settings: Settings) -> int:
     infos = _history(settings).threads()
     if args.json:
-        print(json.dumps([{"thread": i.thread_id, "messages": i.messages,
-                           "first": i.first.isoformat() if i.first else None,
-                           "last": i.last.isoformat() if i.last else None,
-                           "retention_days": i.retention_days} for i in infos], ensure_ascii=False))
+        print(json.dumps([render.thread_dict(i) for i in infos], ensure_ascii=False))
         return 0
     if not infos:
         print(f"no stored threads in {settings.db_url if not settings.db else 'the database'}")
@@ -88,7 +85,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     if not args.thread:
         raise InputError("name the thread: semhist forget --thread ID [--message N ...] [--before DATE], or --expired")
     if not history.store.has_thread(args.thread):
-        raise InputError(f"no stored thread {args.thread!r}; see semhist threads")
+        raise NotFoundError(f"no stored thread {args.thread!r}; see semhist threads")
     before = _date(args.before, settings) if args.before else None
     n = history.forget(args.thread, ids=args.message or None, before=before)
     what = ("the whole thread" if not (args.message or before) else
@@ -106,7 +103,7 @@ def cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
         ids = [args.thread] if args.thread else [i.thread_id for i in history.threads()]
         for thread_id in ids:
             if not history.store.has_thread(thread_id):
-                raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
+                raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
             with tqdm(total=history.store.count(thread_id), desc=f"re-embedding {thread_id}", unit="msg",
                       file=sys.stderr, disable=args.quiet) as bar:
                 n = history.reindex(thread_id, progress=bar.update)
@@ -137,7 +134,7 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
     history = _history(settings)
     if not history.store.has_thread(args.thread):
-        raise InputError(f"no stored thread {args.thread!r}; see semhist threads")
+        raise NotFoundError(f"no stored thread {args.thread!r}; see semhist threads")
     try:
         days = None if args.days.lower() in ("off", "none") else float(args.days)
     except ValueError:

@@ -8,10 +8,10 @@ store of their own (`retrieval.Engine`).
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any
@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
-from indexers.errors import InputError
+from indexers.errors import InputError, NotFoundError
 from indexers.index import manifest as manifests
 from indexers.index.thread_index import ThreadIndex
 from indexers.index.vectors import ThreadVectors
 from indexers.ingest import IngestResult, Ingestor, cutoff, source_key
-from indexers.loader import loads
+from indexers.loader import build_thread, resolve_zone
 from indexers.model import Thread
 from indexers.pii import masker_from_setting
 from indexers.segment import get_segmenter
@@ -40,6 +40,7 @@ from .turns import turn_record
 from .views import candidate_view
 
 RETENTION_CHECK_S = 60.0
+MAX_KEY = 512  # characters of a caller's message id (Teams ids are under 100)
 
 
 class History(Maintenance):
@@ -61,9 +62,11 @@ class History(Maintenance):
 
     @cached_property
     def embedder(self) -> CachedEmbedder:
-        """Embeds requests (and, for files, messages) through the content-hash cache."""
-        return CachedEmbedder(get_embedder(self.settings.embedder), EmbeddingCache(self.settings.cache_dir /
-                                                                                   "embeddings.sqlite3"))
+        """Embeds requests (and, for files, messages) through the content-hash cache. Only
+        files keep it on disk: a bot's requests are new every time, and writing each one to a
+        file all processes share made every ask of a service wait for the others' writes."""
+        path = self.settings.cache_dir / "embeddings.sqlite3" if self._cache_writes else None
+        return CachedEmbedder(get_embedder(self.settings.embedder), EmbeddingCache(path))
 
     @cached_property
     def segmenter(self):
@@ -115,17 +118,35 @@ class History(Maintenance):
         """Append one message (one embedding plus O(1) store work); returns its id. `key`
         (e.g. a Teams activity id) makes adding the same message twice a no-op: the id of
         the stored one comes back."""
+        raw: dict[str, Any] = {"role": role, "content": content, "name": name, "id": key,
+                               "timestamp": timestamp.isoformat() if timestamp else None}
+        return self.add_many(thread_id, [raw]).every_id[0]
+
+    def add_many(self, thread_id: str, messages: Sequence[Mapping[str, Any]]) -> IngestResult:
+        """Append OpenAI chat messages, each optionally with "id" (the caller's idempotency
+        key), "timestamp" (default: now) and "name". Every message is checked before any is
+        stored, so a bad one stores nothing; ids already stored add nothing and their
+        message's id comes back in `every_id`."""
         check_thread_id(thread_id)
-        if not content.strip():
-            raise InputError("the message text is empty")
-        raw = {"role": role, "content": content, "timestamp": (timestamp or datetime.now(timezone.utc)).isoformat()}
-        if name:
-            raw["name"] = name
-        msg = loads(json.dumps([raw], ensure_ascii=False)).threads[0].messages[0]  # same validation as files
-        result = self._write(thread_id, [msg], [key])
-        if result.ids:
-            return result.ids[0]
-        return self.store.id_of(thread_id, key)
+        if not messages:
+            raise InputError("no messages to add")
+        now = datetime.now(timezone.utc).isoformat()
+        keys: list[str | None] = []
+        raw = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping):
+                raise InputError(f"message {i}: expected an object", index=i, field="message")
+            key = m.get("id")
+            if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY):
+                raise InputError(f"message {i}, field 'id': expected a non-empty string of at most {MAX_KEY} "
+                                 "characters", index=i, field="id")
+            if not m.get("tool_calls") and isinstance(m.get("content"), str) and not m["content"].strip():
+                raise InputError(f"message {i}, field 'content': the message text is empty", index=i, field="content")
+            keys.append(key)
+            raw.append({**{k: v for k, v in m.items() if k != "id" and v is not None},
+                        "timestamp": m.get("timestamp") if m.get("timestamp") is not None else now})
+        thread, _ = build_thread(thread_id, raw, zone=resolve_zone(self.settings.timezone), lenient=False, hint="")
+        return self._write(thread_id, thread.messages, keys)
 
     def _write(self, thread_id: str, messages, keys, progress=None) -> IngestResult:
         check_thread_id(thread_id)
@@ -167,7 +188,7 @@ class History(Maintenance):
             dropped = self.states.discard(thread_id)
             if dropped is not None and dropped.vectors is not None:
                 dropped.vectors.drop()
-            raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
+            raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
         entry = self.states.entry(thread_id)
         if entry.marker is not None and entry.marker.uid != marker.uid:
             entry.verified = False  # forgotten and started again: another thread under the same id
@@ -209,19 +230,24 @@ class History(Maintenance):
         return [(stored[i], float(s)) for s, i in zip(scores, ids) if i in stored]
 
     def ask(self, thread_id: str, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
-            answer: bool = False, log_turn: bool = True, keywords=None) -> AskResult:
+            answer: bool = False, log_turn: bool = True, keywords=None, system_prompt: str | None = None) -> AskResult:
         """Build the prompt for a stored thread and record what went into it."""
         return self.compare(thread_id, request, [strategy], budget=budget, answer=answer, log_turn=log_turn,
-                            keywords=keywords, strict=True)[0]
+                            keywords=keywords, strict=True, system_prompt=system_prompt)[0]
 
     def compare(self, thread_id: str, request: str, strategies: Iterable[str], *, budget: Budget | None = None,
-                answer: bool = False, log_turn: bool = True, keywords=None, strict: bool = False) -> list[AskResult]:
+                answer: bool = False, log_turn: bool = True, keywords=None, strict: bool = False,
+                system_prompt: str | None = None) -> list[AskResult]:
         """The same request under several strategies; the keyword is extracted once. A
         strategy that needs an LLM when none is configured is left out (the caller says so),
-        or refused when `strict`."""
+        or refused when `strict`. `system_prompt` replaces the configured one for this request."""
         start = time.perf_counter()
         if not request.strip():
             raise InputError("the request is empty")
+        asker, memory_ = self.asker, self.memory
+        if system_prompt is not None:  # counted in the budget like the configured one
+            settings = replace(self.settings, system_prompt=system_prompt or None)
+            asker, memory_ = Asker(settings, self.embedder, self.llm), Memory(self.store, self.llm, settings)
         names = []
         for name in strategies:
             get_strategy(name)  # an unknown name fails before any work
@@ -232,8 +258,8 @@ class History(Maintenance):
                 names.append(name)
         entry, marker = self._current(thread_id)
         if keywords is None and any(get_strategy(n).uses_search for n in names):
-            keywords = self.asker.keywords(request, self._anchor(entry, marker))
-        vector = self.asker.query_vector(keywords) if keywords is not None else None
+            keywords = asker.keywords(request, self._anchor(entry, marker))
+        vector = asker.query_vector(keywords) if keywords is not None else None
         out = []
         for name in names:
             began = time.perf_counter()
@@ -241,16 +267,16 @@ class History(Maintenance):
                 index = self._searched(entry, marker, vector, keywords)
                 viewed = time.perf_counter()
                 needs = memory_needs(name, self.settings)
-                plan = self.memory.plan(index, needs, request, self.asker.limit(index, request, name, budget)) \
+                plan = memory_.plan(index, needs, request, asker.limit(index, request, name, budget)) \
                     if needs else None
-            memory = self.memory.run(plan) if plan else None  # LLM calls: the thread stays open to writes
+            memory = memory_.run(plan) if plan else None  # LLM calls: the thread stays open to writes
             with entry.lock:
                 if memory is not None and index.whole:
                     index = self._searched(entry, self.store.marker(thread_id) or marker, vector, keywords)
-                result = self.asker.ask(index, request, strategy=name, budget=budget, keywords=keywords,
+                result = asker.ask(index, request, strategy=name, budget=budget, keywords=keywords,
                                         vector=vector, memory=memory)
             if answer:
-                result = self.asker.answer(result)
+                result = asker.answer(result)
             if log_turn:
                 timings = {"view_ms": round((viewed - began) * 1000, 2),
                            "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}

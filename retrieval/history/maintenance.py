@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from indexers.embed import PASSAGE, cache_key
-from indexers.errors import InputError
+from indexers.errors import NotFoundError
 from indexers.index import manifest as manifests
 from indexers.ingest import cutoff
 from indexers.model import embedding_text
@@ -61,7 +61,7 @@ class Maintenance:
         """Embed the thread again with the current embedder, segment it again with the
         current settings, and record them; the index is rebuilt on the next read."""
         if not self.store.has_thread(check_thread_id(thread_id)):
-            raise InputError(f"no stored thread {thread_id!r}; see semhist threads")
+            raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
         n = self.ingestor.reembed(thread_id, progress)
         self.store.put_manifest(thread_id, manifests.manifest(self.settings, self.embedder.id, self.embedder.dim))
         self._purge(thread_id, [])

@@ -13,9 +13,13 @@ from ..pipeline.asker import AskResult
 def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, timings: dict[str, float]) -> dict[str, Any]:
     kw, thread, mem = result.keywords, result.thread, result.memory
     mask = masker or (lambda text: text)
-    blocks = [{"block_messages": [thread.messages[r.message_ids[0]].index, thread.messages[r.message_ids[-1]].index],
-               "score": round(r.score, 4) if r.score is not None else None}
-              for r in result.prompt.selection.retrieved]
+    blocks = []
+    for r in result.prompt.selection.retrieved:
+        first, last = thread.messages[r.message_ids[0]], thread.messages[r.message_ids[-1]]
+        blocks.append({"block_messages": [first.index, last.index],
+                       "score": round(r.score, 4) if r.score is not None else None,
+                       "start": first.timestamp.isoformat() if first.timestamp else None,
+                       "end": last.timestamp.isoformat() if last.timestamp else None})
     return {
         "request": mask(result.request), "strategy": result.strategy,
         "keyword": [mask(k) for k in kw.keywords] if kw else None, "extractor": kw.source if kw else None,

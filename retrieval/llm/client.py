@@ -46,11 +46,27 @@ class OpenAIChat:
             kwargs["response_format"] = {"type": "json_object"}
         try:
             reply = self._client.chat.completions.create(**kwargs)
-        except openai.OpenAIError as exc:
+        # A misbehaving endpoint surfaces as a body that is not JSON (ValueError) or not UTF-8
+        # (UnicodeDecodeError, a ValueError too) from inside the client.
+        except (openai.OpenAIError, ValueError) as exc:
             raise BackendError(f"LLM call to {self.model} failed: {type(exc).__name__}: {exc}") from exc
-        if not reply.choices:
-            raise BackendError(f"LLM {self.model} returned no choices")
-        return reply.choices[0].message.content or ""
+        return _reply_text(reply, self.model)
+
+
+def _reply_text(reply: Any, model: str) -> str:
+    """The text of a chat completion; anything else (an HTML page the client hands back as a
+    string, a 200 without choices) is a BackendError saying what came back."""
+    choices = getattr(reply, "choices", None)
+    if not isinstance(choices, list):
+        shown = reply if isinstance(reply, str) else type(reply).__name__
+        raise BackendError(f"LLM {model}: the endpoint did not answer with a chat completion: {str(shown)[:120]!r}")
+    if not choices:
+        raise BackendError(f"LLM {model} returned no choices")
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        raise BackendError(f"LLM {model}: the reply's content is not text ({type(content).__name__})")
+    return content or ""
 
 
 class AzureOpenAIChat(OpenAIChat):

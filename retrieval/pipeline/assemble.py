@@ -98,7 +98,9 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
     turns = [thread.messages[p].to_openai() for p in selection.history_ids]
-    turns.append({"role": "user", "content": request})
+    # A bot that stores the user's message before it asks has the request as its last turn already.
+    if not (turns and turns[-1]["role"] == "user" and turns[-1].get("content") == request):
+        turns.append({"role": "user", "content": request})
     out.extend(merge_same_role(turns) if alternate else turns)
     return out
 

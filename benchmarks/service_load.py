@@ -1,0 +1,334 @@
+"""`semhist serve` under load: simulated bots over HTTP, each on its own thread.
+
+    python benchmarks/service_load.py --db postgresql://USER@127.0.0.1:PORT/SCRATCH_DB --workers 2
+    python benchmarks/service_load.py --workers 1              # SQLite in a scratch directory
+    python benchmarks/service_load.py --db ... --saturate      # then raise the pace
+
+Each case starts its own server (`semhist serve --workers N`) on 127.0.0.1. The store is
+pre-filled once with --bots threads of a few hundred to a few thousand messages (LoCoMo
+repeated, log-uniform sizes; real USE-m3 vectors plus noise, precomputed as in scale.py: the
+ingest path runs for real, embedding time of the pre-fill is left out). Then every bot runs
+the bot's turn at a human pace: append the user's message, ask for the context (budget
+2,000 tokens, no LLM: local keyword), append the reply. Turns arrive as a Poisson process
+(exponential gaps, mean --pace seconds per bot). Every request is unique (the turn number is
+in the text), so no embedding comes from a cache. Eight context requests per bot come first,
+so that every worker holds every thread (a worker reads a thread on its first ask of it). Resident memory of each worker is read after the
+warm-up and at the end. The load generator runs on the same 2 cores as the server, so the
+server gets less than the whole machine: the figures are conservative.
+
+The first ask of each thread (the thread read from the store) is reported apart.
+
+--saturate also runs at 1/4 and 1/2 the pace, then 2x, 4x, 8x until the context p95 passes
+50 ms, and reports the throughput (turns/s) of each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+from scale import ReadyVectors, corpus  # noqa: E402 - run as a script: its directory is on the path
+
+ROUTES = ("append", "context")
+BUDGET = 2000
+
+
+def prefill(url: str, data_dir: Path, cache_dir: Path, bots: int, low: int, high: int, seed: int = 0) -> list[int]:
+    """Store `bots` threads (bot-0 ...) unless the store holds them already; their sizes."""
+    from indexers.model import Message, Thread
+    from indexers.settings import Settings
+    from retrieval import History
+
+    rng = random.Random(seed)
+    sizes = [int(math.exp(rng.uniform(math.log(low), math.log(high)))) for _ in range(bots)]
+    history = History(Settings.load(env={}, db=url, data_dir=data_dir, cache_dir=cache_dir, batch_size=1000))
+    try:
+        held = {t.thread_id: t for t in history.threads()}
+        now = datetime.now(timezone.utc)
+        # a thread that grew by earlier runs' turns is kept: the turns only ever append
+        todo = [(i, n) for i, n in enumerate(sizes) if f"bot-{i}" not in held or held[f"bot-{i}"].messages < n
+                or held[f"bot-{i}"].last > now]
+        for i, _ in todo:
+            if f"bot-{i}" in held:
+                history.forget(f"bot-{i}")
+        if not todo:
+            settle(url)
+            return sizes
+        messages, vectors, _ = corpus(max(sizes) + bots * 37, cache_dir)
+        real = history.ingestor.embedder
+        end = datetime.now(timezone.utc) - timedelta(hours=1)
+        for i, n in todo:
+            start = i * 37  # each thread its own stretch of the corpus, ending an hour ago (the turns come after)
+            part = messages[start:start + n]
+            shift = end - part[-1].timestamp
+            msgs = [Message(k, m.role, m.content, m.timestamp + shift, m.name) for k, m in enumerate(part)]
+            history.ingestor.embedder = ReadyVectors(vectors[start:start + n], real.dim, history.embedder.id)
+            history.ingest(f"bot-{i}", Thread(f"bot-{i}", tuple(msgs)))
+            print(f"  pre-filled bot-{i}: {n} messages", file=sys.stderr, flush=True)
+        history.ingestor.embedder = real
+    finally:
+        history.close()
+    settle(url)
+    return sizes
+
+
+def settle(url: str) -> None:
+    """A store in its steady state, not one still digesting a bulk load: PostgreSQL's
+    autovacuum and checkpoint after 100k inserts otherwise run during the measurement."""
+    if url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+            conn.execute("CHECKPOINT")
+
+
+class Server:
+    def __init__(self, url: str, data_dir: Path, cache_dir: Path, workers: int, log: Path):
+        with socket_port() as port:
+            self.port = port
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "SEMHIST_DB": url, "SEMHIST_DATA_DIR": str(data_dir), "SEMHIST_CACHE_DIR": str(cache_dir)}
+        self.log = open(log, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--workers", str(workers),
+                                      "--port", str(self.port)], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.base + "/healthz", timeout=2):
+                    if len(self.workers()) >= workers:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise SystemExit(f"the server did not start; see {log}")
+
+    def workers(self) -> list[int]:
+        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.proc.pid)], capture_output=True, text=True)
+        pids = [int(line.split()[0]) for line in out.stdout.splitlines() if "resource_tracker" not in line]
+        return pids or [self.proc.pid]
+
+    def rss_mb(self) -> list[float]:
+        out = []
+        for pid in self.workers():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    out.append(round(int(line.split()[1]) / 1024, 1))
+        return out
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+class socket_port:
+    def __enter__(self) -> int:
+        import socket
+
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        return self.s.getsockname()[1]
+
+    def __exit__(self, *exc) -> None:
+        self.s.close()
+
+
+async def warm_up(client, n: int, questions: list[str], rounds: int, first: list[float], one_at_a_time) -> None:
+    """Context requests only, until (almost surely) every worker holds the thread: a worker
+    loads a thread on its first ask of it, and which worker answers is the kernel's choice.
+    The first ask of each thread runs alone, so its time is the read, not a queue."""
+    for r in range(rounds):
+        async with one_at_a_time if r == 0 and rounds > 1 else contextlib.nullcontext():
+            began = time.perf_counter()
+            await client.post(f"/v1/threads/bot-{n}/context", json={"request": f"{questions[r]} (warm {r})"})
+            if r == 0:
+                first.append((time.perf_counter() - began) * 1000)
+
+
+async def bot(client, n: int, pace: float, until: float, texts: list[str], questions: list[str], rng: random.Random,
+              timings: dict[str, list[float]], errors: list[str], turns: list[int]) -> None:
+    thread = f"bot-{n}"
+    turn = 0
+    while True:
+        gap = rng.expovariate(1 / pace)
+        if time.monotonic() + gap >= until:
+            return
+        await asyncio.sleep(gap)
+        turn += 1
+        tag = f"{n}.{turn}.{rng.random():.6f}"
+        steps = [("append", f"/v1/threads/{thread}/messages",
+                  {"messages": [{"role": "user", "content": f"{rng.choice(texts)} ({tag})", "id": f"u{tag}"}]}),
+                 ("context", f"/v1/threads/{thread}/context", {"request": f"{rng.choice(questions)} ({tag})",
+                                                              "budget": BUDGET}),
+                 ("append", f"/v1/threads/{thread}/messages",
+                  {"messages": [{"role": "assistant", "content": f"{rng.choice(texts)} ({tag})", "id": f"a{tag}"}]})]
+        for route, path, body in steps:
+            began = time.perf_counter()
+            try:
+                r = await client.post(path, json=body)
+                ok = r.status_code in (200, 201)
+                if not ok:
+                    errors.append(f"{route} {r.status_code} {r.text[:120]}")
+            except Exception as exc:  # noqa: BLE001 - a benchmark counts every failure
+                ok = False
+                errors.append(f"{route} {type(exc).__name__}: {exc}")
+            if ok:
+                timings[route].append((time.perf_counter() - began) * 1000)
+        turns.append(1)
+
+
+async def run(base: str, bots: int, pace: float, duration: float, texts, questions, seed: int):
+    timings: dict[str, list[float]] = {r: [] for r in ROUTES}
+    errors: list[str] = []
+    turns: list[int] = []
+    rngs = [random.Random(seed * 1000 + i) for i in range(bots)]
+    async with client_for(base, bots) as client:
+        began = time.monotonic()
+        await asyncio.gather(*(bot(client, i, pace, began + duration, texts, questions, rngs[i], timings, errors,
+                                   turns) for i in range(bots)))
+        took = time.monotonic() - began
+    return timings, errors, len(turns) / took
+
+
+def client_for(base: str, bots: int):
+    import httpx
+
+    limits = httpx.Limits(max_connections=bots, max_keepalive_connections=bots)
+    return httpx.AsyncClient(base_url=base, timeout=60, limits=limits)
+
+
+async def warm(base: str, bots: int, questions, workers: int, rounds: int = 8) -> list[float]:
+    """Until every worker has read every thread (the service counts the reads), at most 40 rounds."""
+    first: list[float] = []
+    async with client_for(base, bots) as client:
+        alone = asyncio.Semaphore(1)
+        await asyncio.gather(*(warm_up(client, i, questions, rounds, first, alone) for i in range(bots)))
+        for r in range(32):
+            if loads(urllib.request.urlopen(base + "/metrics").read().decode()) >= workers * bots:
+                break
+            await asyncio.gather(*(warm_up(client, i, questions[rounds + r:], 1, [], alone) for i in range(bots)))
+    return first
+
+
+def loads(metrics: str) -> float:
+    return sum(float(line.split()[1]) for line in metrics.splitlines() if line.startswith("semhist_thread_loads_total"))
+
+
+async def sampled(server: Server, rss: list, work):
+    """Run `work`, reading the workers' resident memory every 10 s."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await asyncio.wait([task], timeout=10)
+        rss.append(server.rss_mb())
+    return task.result()
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def summary(timings, errors, rate, pace) -> dict:
+    row = {"pace_s": pace, "turns_per_s": round(rate, 2), "errors": len(errors), "error_sample": errors[:3]}
+    for route in ROUTES:
+        v = timings[route]
+        row[route] = {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)}
+    return row
+
+
+def case(args, url: str, label: str, data_dir: Path, cache_dir: Path) -> dict:
+    from indexers.loader import load
+
+    sizes = prefill(url, data_dir, cache_dir, args.bots, args.min_messages, args.max_messages)
+    threads = load(ROOT.parent / "shared" / "data" / "locomo.jsonl").threads
+    texts = [m.content for t in threads for m in t.messages if m.role != "system"][:5000]
+    questions = [q.text for t in threads for q in t.queries if q.has_evidence]
+    server = Server(url, data_dir, cache_dir, args.workers, data_dir / f"serve-{label}.log")
+    try:
+        first = asyncio.run(warm(server.base, args.bots, questions, args.workers))
+        rss = [server.rss_mb()]
+        row = summary(*asyncio.run(sampled(server, rss, run(server.base, args.bots, args.pace, args.duration, texts,
+                                                            questions, seed=1))), args.pace)
+        steps = []
+        if args.saturate:  # slower and faster paces than the base run: where does context p95 pass 50 ms?
+            for pace in (4 * args.pace, 2 * args.pace, args.pace / 2, args.pace / 4, args.pace / 8):
+                step = summary(*asyncio.run(run(server.base, args.bots, pace, args.step_duration, texts, questions,
+                                                seed=int(100 / pace))), pace)
+                steps.append(step)
+                print(f"  pace {pace:.3f} s: {step['turns_per_s']} turns/s, context p95 {step['context']['p95']} ms",
+                      file=sys.stderr, flush=True)
+                if pace < args.pace and (step["context"]["p95"] or 1e9) > 50:
+                    break
+    finally:
+        server.stop()
+    return {"case": label, "workers": args.workers, "bots": args.bots, "thread_sizes": [min(sizes), max(sizes)],
+            "first_ask_ms": {"p50": pct(first, 50), "p95": pct(first, 95)},
+            "messages_prefilled": sum(sizes), "duration_s": args.duration, **row,
+            "rss_mb_start": rss[0], "rss_mb_end": rss[-1], "rss_mb_every_10s": rss, "saturation": sorted(
+                steps + [row], key=lambda r: -r["pace_s"]) if steps else [], "cores": os.cpu_count()}
+
+
+def report(rows: list[dict]) -> str:
+    out = ["| case | workers | turns/s | errors | append p50/p95/p99 ms | context p50/p95/p99 ms | first ask of a "
+           "thread p50 ms | RSS per worker start → end MB |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, c = r["append"], r["context"]
+        rss = ", ".join(f"{s:.0f} → {e:.0f}" for s, e in zip(r["rss_mb_start"], r["rss_mb_end"]))
+        out.append(f"| {r['case']} | {r['workers']} | {r['turns_per_s']} | {r['errors']} | {a['p50']} / {a['p95']} / "
+                   f"{a['p99']} | {c['p50']} / {c['p95']} / {c['p99']} | {r['first_ask_ms']['p50']} | {rss} |")
+    for r in rows:
+        if r["saturation"]:
+            out += ["", f"Saturation, {r['case']} ({r['workers']} workers): pace per bot → throughput, context p95", ""]
+            out += ["| pace s | turns/s | append p50 / p95 ms | context p50 / p95 ms | errors |", "|---|---|---|---|---|"]
+            for s in r["saturation"]:
+                out.append(f"| {s['pace_s']:.3f} | {s['turns_per_s']} | {s['append']['p50']} / {s['append']['p95']} | "
+                           f"{s['context']['p50']} / {s['context']['p95']} | {s['errors']} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--db", help="postgresql://... (a scratch database); default: SQLite in --workdir")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--bots", type=int, default=100)
+    p.add_argument("--min-messages", type=int, default=300)
+    p.add_argument("--max-messages", type=int, default=3000)
+    p.add_argument("--pace", type=float, default=5.0, help="mean seconds between a bot's turns")
+    p.add_argument("--duration", type=float, default=120.0)
+    p.add_argument("--saturate", action="store_true")
+    p.add_argument("--step-duration", type=float, default=40.0)
+    p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "semhist-service-load"))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "service_load"))
+    args = p.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    url = args.db or f"sqlite:///{workdir / 'load.sqlite3'}"
+    label = ("postgresql" if url.startswith("postgres") else "sqlite")
+    from indexers.settings import Settings
+
+    row = case(args, url, label, workdir, Settings.load().cache_dir)  # the LoCoMo vectors are cached there
+    out = Path(args.out)
+    rows = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []
+    rows = [r for r in rows if (r["case"], r["workers"]) != (label, args.workers)] + [row]
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    out.with_suffix(".md").write_text(report(rows))
+    print(report(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""`semhist agent`: the agent hosted on aiohttp at POST /api/messages, as Teams calls it.
+
+Authentication is the SDK's own: the service connection from the CONNECTIONS__* variables
+(`CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID`, `__TENANTID`, `__CLIENTSECRET`, the
+Azure Bot registration). `--anonymous` drops it, for local development on loopback only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from indexers.errors import ConfigError, SemhistError, missing_extra
+from indexers.settings import Settings
+
+from ..history import History
+
+log = logging.getLogger("semhist.agent")
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _sdk():
+    try:
+        from aiohttp import web
+        from microsoft_agents.activity import load_configuration_from_env
+        from microsoft_agents.authentication.msal import MsalConnectionManager
+        from microsoft_agents.hosting.aiohttp import CloudAdapter, jwt_authorization_middleware, start_agent_process
+        from microsoft_agents.hosting.core import AgentApplication, AgentAuthConfiguration, MemoryStorage, TurnState
+    except ImportError as exc:
+        raise missing_extra("microsoft-agents-hosting-aiohttp", "teams") from exc
+    return {"web": web, "load_configuration_from_env": load_configuration_from_env,
+            "MsalConnectionManager": MsalConnectionManager, "CloudAdapter": CloudAdapter,
+            "jwt_authorization_middleware": jwt_authorization_middleware, "start_agent_process": start_agent_process,
+            "AgentApplication": AgentApplication, "AgentAuthConfiguration": AgentAuthConfiguration,
+            "MemoryStorage": MemoryStorage, "TurnState": TurnState}
+
+
+def connections(env: Mapping[str, str], anonymous: bool) -> Any:
+    sdk = _sdk()
+    config = sdk["load_configuration_from_env"](dict(env))
+    if anonymous:
+        anon = sdk["AgentAuthConfiguration"](anonymous_allowed=True)
+        return config, sdk["MsalConnectionManager"](connections_configurations={"SERVICE_CONNECTION": anon})
+    if not config.get("CONNECTIONS", {}).get("SERVICE_CONNECTION"):
+        raise ConfigError("no Azure Bot credentials: set CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID, "
+                          "__TENANTID and __CLIENTSECRET, or pass --anonymous for local development")
+    return config, sdk["MsalConnectionManager"](**config)
+
+
+def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, str] | None = None) -> Any:
+    """The aiohttp application: POST /api/messages (the SDK's JWT check unless anonymous) and
+    GET /healthz. The history is closed when the application shuts down."""
+    from .handler import SemhistAgent
+    from .memory import ThreadMemory
+
+    sdk = _sdk()
+    web = sdk["web"]
+    config, conns = connections(os.environ if env is None else env, anonymous)
+    adapter = sdk["CloudAdapter"](connection_manager=conns)
+    adapter.use(ThreadMemory(history))
+    # The SDK's conversation state is not used: the store is the conversation's memory.
+    app = sdk["AgentApplication"][sdk["TurnState"]](storage=sdk["MemoryStorage"](), connection_manager=conns,
+                                                    start_typing_timer=False, **config)
+    SemhistAgent(history).register(app)
+
+    async def messages(request):
+        return await sdk["start_agent_process"](request, app, adapter)
+
+    async def healthz(request):
+        import asyncio
+
+        try:
+            threads, stored = await asyncio.to_thread(history.store.totals)
+        except SemhistError as exc:
+            return web.json_response({"status": "unavailable", "error": str(exc)}, status=503)
+        return web.json_response({"status": "ok", "threads": threads, "messages": stored})
+
+    async def close(_app):
+        history.close()
+
+    @web.middleware
+    async def authenticate(request, handler):
+        if request.path == "/healthz":  # liveness probes carry no Bot Framework token
+            return await handler(request)
+        return await sdk["jwt_authorization_middleware"](request, handler)
+
+    web_app = web.Application(middlewares=[authenticate])
+    web_app["agent_configuration"] = conns.get_default_connection_configuration()
+    web_app.router.add_post("/api/messages", messages)
+    web_app.router.add_get("/healthz", healthz)
+    web_app.on_cleanup.append(close)
+    return web_app
+
+
+def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> None:
+    if anonymous and host not in LOOPBACK:
+        raise ConfigError(f"--anonymous listens on loopback only (127.0.0.1), not {host}")
+    if anonymous:
+        log.warning("anonymous: no authentication (local development); listening on %s only", host)
+        # said once here rather than by the SDK on every turn
+        logging.getLogger("microsoft_agents.hosting.core.connector.client.user_token_client").setLevel(logging.ERROR)
+    from indexers.index.faiss_index import one_native_thread
+
+    one_native_thread()
+    history = History(settings)
+    app = build_app(history, anonymous=anonymous)
+    history.embedder.embed(["warm up"], "query")
+    log.info("agent at http://%s:%d/api/messages; store %s; LLM %s", host, port, _redacted(settings.db_url),
+             history.llm.model if history.llm else "none configured (replies say so)")
+    _sdk()["web"].run_app(app, host=host, port=port, print=None)
+
+
+def _redacted(url: str) -> str:
+    from indexers.store.postgres import redact
+
+    return redact(url)

@@ -1,0 +1,94 @@
+"""Adapter middleware that stores every message of a conversation in semhist.
+
+Teams gives a bot no API to read its past messages: the bot keeps them itself. Add
+`ThreadMemory(history)` to any Agents SDK adapter (`adapter.use(...)`): each incoming message
+activity is stored before the agent's handlers run (thread = conversation.id, speaker =
+from.name, time = activity.timestamp, key = activity.id, so a redelivered activity is stored
+once), and each message the agent sends in that turn is stored as the assistant's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from indexers.errors import InputError, SemhistError
+from indexers.store import check_thread_id
+
+from ..history import History
+
+log = logging.getLogger("semhist.agent")
+
+NO_STORE = "semhist.no_store"  # a handler sets this in turn_state: the replies of this turn are not kept
+SENT = "semhist.sent"  # replies stored so far in this turn
+
+
+def thread_id_for(conversation_id: str) -> str:
+    """The stored thread of a conversation: its id when the store accepts it (Teams ids do),
+    else a stable digest of it (ids with characters such as '|' or '/')."""
+    try:
+        return check_thread_id(conversation_id)
+    except InputError:
+        return "conv-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:40]
+
+
+def _text(activity: Any) -> str:
+    return (activity.text or "").strip()
+
+
+class ThreadMemory:
+    """Agents SDK middleware (`on_turn(context, logic)`): keeps the conversation in `history`."""
+
+    def __init__(self, history: History):
+        self.history = history
+
+    async def on_turn(self, context: Any, logic: Callable[[Any], Awaitable]) -> None:
+        activity = context.activity
+        if activity.type != "message" or activity.conversation is None:
+            await logic(context)
+            return
+        thread = thread_id_for(activity.conversation.id)
+        stamp = activity.timestamp or datetime.now(timezone.utc)
+        await self._store(thread, self._incoming(activity, stamp))
+
+        async def on_send(ctx: Any, activities: list, send_next: Callable[[], Awaitable]):
+            if not ctx.turn_state.get(NO_STORE):
+                for reply in (a for a in activities if a.type == "message" and _text(a)):
+                    n = ctx.turn_state.get(SENT, 0)
+                    ctx.turn_state[SENT] = n + 1
+                    await self._store(thread, self._outgoing(reply, activity, stamp, n))
+            return await send_next()
+
+        context.on_send_activities(on_send)
+        await logic(context)
+
+    @staticmethod
+    def _incoming(activity: Any, stamp: datetime) -> dict[str, Any]:
+        sender, bot = activity.from_property, activity.recipient
+        from_bot = sender is not None and bot is not None and sender.id == bot.id
+        return {"role": "assistant" if from_bot else "user", "content": _text(activity),
+                "name": sender.name if sender is not None and sender.name else None,
+                "id": activity.id, "timestamp": stamp.isoformat()}
+
+    @staticmethod
+    def _outgoing(reply: Any, incoming: Any, stamp: datetime, n: int) -> dict[str, Any]:
+        # after the message it answers even when the sender's clock runs ahead of ours
+        when = max(datetime.now(timezone.utc), stamp + timedelta(milliseconds=1 + n))
+        key = f"{incoming.id}:reply:{n}" if incoming.id else None  # a redelivered turn stores its reply once
+        sender = reply.from_property
+        return {"role": "assistant", "content": _text(reply), "id": key, "timestamp": when.isoformat(),
+                "name": sender.name if sender is not None and sender.name else None}
+
+    async def _store(self, thread: str, message: dict[str, Any]) -> None:
+        if not message["content"]:
+            log.info("%s: message %s has no text (an attachment?); not stored", thread, message["id"])
+            return
+        try:
+            await asyncio.to_thread(self.history.add_many, thread, [message])
+        except SemhistError as exc:
+            # the turn goes on: the handler answers (or apologises) without this message stored
+            log.warning("%s: could not store message %s: %s", thread, message["id"], exc)

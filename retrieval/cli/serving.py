@@ -1,0 +1,26 @@
+"""`semhist serve` (the HTTP API) and `semhist agent` (a Microsoft 365 Agents SDK / Teams agent)."""
+
+from __future__ import annotations
+
+import argparse
+
+from indexers.settings import Settings, settings_fields
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    return {f.name: getattr(args, f.name, None) for f in settings_fields()}
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from ..service.run import serve
+
+    serve(settings, _overrides(args), host=args.host, port=args.port, workers=args.workers,
+          access_log=args.access_log)
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
+    from ..agent.host import run_agent
+
+    run_agent(settings, host=args.host, port=args.port, anonymous=args.anonymous)
+    return 0

@@ -1,0 +1,251 @@
+"""The HTTP API over stored threads (`semhist serve`): the same `History` a Python bot uses,
+so a request takes the same path whether it came over HTTP or from a library call.
+
+Handlers are plain functions run in a fixed pool of threads (`in_pool`): the work they do
+(an embedding, SQL, FAISS) must not hold the event loop, the pool bounds the store
+connections a worker opens, and its threads never retire, so their store connection and
+tokenizer are made once (anyio's pool retires idle threads: at a slow pace every request paid
+for a new PostgreSQL connection and a new tokenizer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import hmac
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from indexers.errors import BackendError, ConfigError, InputError, NotFoundError
+from indexers.settings import Budget, Settings
+
+from .. import render
+from ..history import History
+from . import errors
+from .errors import TooLarge, Unauthorized
+from .metrics import Timing, metrics
+from .schemas import (THREAD_ID_PATTERN, AddMessages, Added, Context, ContextRequest, Error, Forgotten, Health,
+                      ThreadSummary)
+
+log = logging.getLogger("semhist.service")
+
+WORKER_THREADS = 8  # requests in progress per worker; each holds one store connection
+ThreadId = Annotated[str, Path(pattern=THREAD_ID_PATTERN, max_length=256, description="e.g. a Teams conversation.id")]
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Error} for code in (400, 401, 404, 409, 413, 422, 503)}
+
+
+def in_pool(handler):
+    """A route's plain function, run in the app's pool (FastAPI sees the same parameters)."""
+
+    @functools.wraps(handler)
+    async def run(*args, **kwargs):
+        pool = kwargs["request"].app.state.pool
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(handler, *args, **kwargs))
+
+    return run
+
+
+def create_app(settings: Settings | None = None, history: History | None = None) -> FastAPI:
+    """The service's ASGI app. `history` lets a caller share one it already has (tests, an
+    embedding app); otherwise one is made from `settings` and closed at shutdown."""
+    settings = settings or Settings.load()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.pool = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="semhist-request")
+        app.state.history = history or History(settings)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(app.state.pool, _warm, app.state.history)
+        try:
+            yield
+        finally:
+            if history is None:
+                await loop.run_in_executor(app.state.pool, app.state.history.close)
+            app.state.pool.shutdown(wait=True)
+
+    app = FastAPI(title="semhist", version=_version(), lifespan=lifespan,
+                  description="Semantic history for chat threads that never end: append messages, ask for the "
+                              "prompt of the next turn within a token budget.")
+    errors.install(app)
+    app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_kb * 1024)
+    app.add_middleware(Timing, sink=metrics())
+    auth = Depends(_bearer(settings.api_token))
+    app.include_router(_threads_api(settings), dependencies=[auth], responses=ERRORS)
+
+    @app.get("/healthz", response_model=Health, responses={503: {"model": Error}}, tags=["operations"])
+    @in_pool
+    def healthz(request: Request) -> Health:
+        """Alive, with the store answering."""
+        threads, messages = _history(request).store.totals()
+        return Health(status="ok", threads=threads, messages=messages)
+
+    @app.get("/metrics", dependencies=[auth], response_class=Response, tags=["operations"],
+             responses={200: {"content": {"text/plain": {}}}, 401: {"model": Error}})
+    @in_pool
+    def prometheus(request: Request) -> Response:
+        """Prometheus text: requests and latency per route, messages, tokens sent vs full history."""
+        body, kind = metrics().exposition(_history(request).store.totals)
+        return Response(body, media_type=kind)
+
+    return app
+
+
+def _threads_api(settings: Settings) -> APIRouter:
+    api = APIRouter(tags=["threads"])
+
+    @api.post("/v1/threads/{thread_id}/messages", status_code=201, response_model=Added)
+    @in_pool
+    def add_messages(thread_id: ThreadId, body: AddMessages, request: Request) -> Added:
+        """Store messages (OpenAI chat shape). Each may carry `id`, the caller's key (e.g. a
+        Teams activity id): posting it again adds nothing. A bad message stores none of the batch."""
+        if len(body.messages) > settings.max_batch:
+            raise TooLarge(f"{len(body.messages)} messages in one request; at most {settings.max_batch}")
+        for i, m in enumerate(body.messages):
+            if _chars(m.content) > settings.max_message_chars:
+                raise TooLarge(f"messages[{i}].content: {_chars(m.content)} characters; at most "
+                               f"{settings.max_message_chars}", index=i, field="content")
+        result = _history(request).add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages])
+        _freeze_loaded(request)
+        metrics().added.inc(result.added)
+        return Added(ids=list(result.every_id), added=result.added)
+
+    @api.post("/v1/threads/{thread_id}/context", response_model=Context)
+    @in_pool
+    def context(thread_id: ThreadId, body: ContextRequest, request: Request) -> dict[str, Any]:
+        """The prompt for the next turn: send `messages` to any chat-completions API."""
+        if len(body.request) > settings.max_message_chars:
+            raise TooLarge(f"request: {len(body.request)} characters; at most {settings.max_message_chars}",
+                           field="request")
+        result = _history(request).ask(thread_id, body.request, strategy=body.strategy,
+                                       budget=_budget(body.budget), system_prompt=body.system_prompt)
+        _freeze_loaded(request)
+        data = render.ask_dict(result)
+        metrics().prompt_tokens.inc(data["prompt_tokens"])
+        metrics().full_tokens.inc(data["full_history_tokens"])
+        return {"messages": data["messages"], "prompt_tokens": data["prompt_tokens"],
+                "full_tokens": data["full_history_tokens"], "budget_tokens": data["budget_tokens"],
+                "strategy": data["strategy"], "keyword": data["keyword"], "retrieved": data["retrieved"],
+                "recent_message_ids": data["recent_message_indices"], "llm_calls": data["llm_calls"],
+                "notes": data["notes"]}
+
+    @api.get("/v1/threads", response_model=list[ThreadSummary])
+    @in_pool
+    def threads(request: Request) -> list[dict[str, Any]]:
+        """Every stored thread with its message count and time span."""
+        return [render.thread_dict(i) for i in _history(request).threads()]
+
+    @api.get("/v1/threads/{thread_id}/log")
+    @in_pool
+    def turn_log(thread_id: ThreadId, request: Request,
+                 limit: Annotated[int | None, Query(ge=1, le=10_000)] = None) -> list[dict[str, Any]]:
+        """What each context request sent: keyword, retrieved stretches, scores, tokens, timings."""
+        return _history(request).log(thread_id, limit)
+
+    @api.delete("/v1/threads/{thread_id}", response_model=Forgotten)
+    @in_pool
+    def forget_thread(thread_id: ThreadId, request: Request) -> Forgotten:
+        """Forget the thread: texts, vectors, summaries, statements and the log."""
+        history = _history(request)
+        if not history.store.has_thread(thread_id):
+            raise NotFoundError(f"no stored thread {thread_id!r}")
+        return Forgotten(thread=thread_id, forgotten=history.forget(thread_id))
+
+    @api.delete("/v1/threads/{thread_id}/messages/{message_id}", response_model=Forgotten)
+    @in_pool
+    def forget_message(thread_id: ThreadId, message_id: Annotated[str, Path(max_length=512)], request: Request,
+                       by: Literal["id", "key"] = "id") -> Forgotten:
+        """Forget one message, by the id the POST returned or (`?by=key`) by the caller's own id."""
+        history = _history(request)
+        mid = history.store.id_of(thread_id, message_id) if by == "key" else _int_id(message_id)
+        if not history.store.messages(thread_id, ids=[mid]):
+            raise NotFoundError(f"thread {thread_id!r} holds no message {mid}")
+        return Forgotten(thread=thread_id, forgotten=history.forget(thread_id, ids=[mid]))
+
+    return api
+
+
+def _bearer(token: str | None):
+    scheme = HTTPBearer(auto_error=False, description="SEMHIST_API_TOKEN, when the server has one")
+
+    # async: no I/O, so no trip through the thread pool; a default, not Annotated: the
+    # annotation is a string here and would name a local
+    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> None:
+        if token is None:
+            return  # the server refuses to listen beyond loopback without a token
+        given = credentials.credentials if credentials else ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise Unauthorized("missing or wrong bearer token (Authorization: Bearer $SEMHIST_API_TOKEN)")
+
+    return check
+
+
+def _history(request: Request) -> History:
+    return request.app.state.history
+
+
+def _freeze_loaded(request: Request) -> None:
+    """Move thread states just read from the store out of the cyclic collector's sight.
+
+    A worker holds about ten tracked objects per stored message; with 100k messages a full
+    collection took 0.4 s, and it ran every few seconds under load (the p95 of every route).
+    That state lives until evicted and holds no reference cycles (freed by reference counts
+    when dropped, measured), so the collector has nothing to find in it."""
+    loads = _history(request).states.loads
+    before = getattr(request.app.state, "frozen_at", 0)
+    if loads != before:
+        request.app.state.frozen_at = loads
+        metrics().loads.inc(max(0, loads - before))
+        gc.freeze()
+
+
+def _warm(history: History) -> None:
+    """Load the embedder and open the store before the first request; a store that is down
+    now is reported and retried on each request (answered 503 until it is back)."""
+    history.embedder.embed(["warm up"], "query")
+    try:
+        history.store.totals()
+    except BackendError as exc:
+        log.warning("the store is not answering yet: %s", exc)
+
+
+def _budget(value: int | str | None) -> Budget | None:
+    if value is None:
+        return None
+    try:
+        return Budget.parse(str(value))
+    except ConfigError as exc:
+        raise InputError(str(exc), field="budget") from exc
+
+
+def _int_id(text: str) -> int:
+    if not text.isdigit():
+        raise InputError(f"message id must be the number the POST returned, got {text!r} "
+                         "(use ?by=key for your own id)", field="message_id")
+    return int(text)
+
+
+def _chars(content: str | list[dict[str, Any]] | None) -> int:
+    if isinstance(content, list):
+        return sum(len(str(p.get("text", ""))) for p in content)
+    return len(content or "")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("semhist")
+    except PackageNotFoundError:
+        return "0"
+
+
+def app_from_env() -> FastAPI:
+    """For `uvicorn --factory` and each worker of `semhist serve --workers N`: settings from
+    the SEMHIST_* environment the parent process set."""
+    return create_app(Settings.load())

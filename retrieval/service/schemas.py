@@ -1,0 +1,84 @@
+"""What the HTTP API takes and returns (the OpenAPI document is generated from these)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..pipeline import STRATEGIES
+
+THREAD_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:;@=+\-]{0,255}$"  # the store's rule (indexers/store/records.py)
+
+
+class ChatMessage(BaseModel):
+    """An OpenAI chat message; `id` is the caller's idempotency key (e.g. a Teams activity id)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    id: str | None = Field(default=None, min_length=1, max_length=512)
+    timestamp: str | float | None = Field(default=None, description="ISO 8601 or epoch seconds; default: now")
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class AddMessages(BaseModel):
+    messages: list[ChatMessage] = Field(min_length=1)
+
+
+class Added(BaseModel):
+    ids: list[int] = Field(description="the stored id of each message posted, in order")
+    added: int = Field(description="how many were new (the others were stored before under the same id)")
+
+
+class ContextRequest(BaseModel):
+    request: str = Field(min_length=1, description="the user's new request")
+    strategy: Literal[tuple(STRATEGIES)] = "blocks"  # type: ignore[valid-type]
+    budget: int | str | None = Field(default=None, description="tokens (2000) or a share of the history (\"10%\")")
+    system_prompt: str | None = Field(default=None, description="put first in the prompt and counted in the budget")
+
+
+class Context(BaseModel):
+    messages: list[dict[str, Any]] = Field(description="send these to any chat-completions API unchanged")
+    prompt_tokens: int
+    full_tokens: int = Field(description="tokens the whole history would have cost")
+    budget_tokens: int | None
+    strategy: str
+    keyword: dict[str, Any] | None = Field(description="what was searched for, and where it came from")
+    retrieved: list[dict[str, Any]] = Field(description="the stretches of history retrieved, best first")
+    recent_message_ids: list[int]
+    llm_calls: int
+    notes: list[str]
+
+
+class ThreadSummary(BaseModel):
+    thread: str
+    messages: int
+    first: str | None
+    last: str | None
+    retention_days: float | None
+
+
+class Forgotten(BaseModel):
+    thread: str
+    forgotten: int = Field(description="messages forgotten, with their vectors, summaries, statements and log")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    threads: int
+    messages: int
+
+
+class ErrorBody(BaseModel):
+    type: str
+    message: str
+    index: int | None = None
+    field: str | None = None
+
+
+class Error(BaseModel):
+    error: ErrorBody

@@ -1,0 +1,175 @@
+"""`semhist agent` as Teams calls it: Activity JSON posted to /api/messages with
+deliveryMode "expectReplies", so the replies come back in the response."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from indexers.loader import load
+from indexers.settings import Settings
+from indexers.store import open_store
+
+from .conftest import RAMEN_REQUEST, SAMPLES
+from .servers import BadLLM, Process
+
+pytestmark = pytest.mark.slow
+
+CONVERSATION = "19:abc@thread.tacv2;messageid=1722211200000"
+ACTIVITY = {
+    "type": "message", "id": "1722211200000", "timestamp": "2026-11-30T09:00:00.1234567Z", "channelId": "msteams",
+    "serviceUrl": "https://smba.trafficmanager.net/amer/", "deliveryMode": "expectReplies",
+    "from": {"id": "29:user-taro", "name": "Taro", "role": "user", "aadObjectId": "00000000-0000-0000-0000-00000000000a"},
+    "conversation": {"id": CONVERSATION, "conversationType": "channel", "tenantId": "tenant"},
+    "recipient": {"id": "28:semhist-bot", "name": "semhist"}, "text": "hello",
+    "channelData": {"tenant": {"id": "tenant"}, "teamsChannelId": "19:abc@thread.tacv2"},
+}
+
+
+def activity(text: str, id: str, conversation: str = CONVERSATION, **extra) -> dict:
+    a = copy.deepcopy(ACTIVITY)
+    a.update(text=text, id=id, **extra)
+    a["conversation"]["id"] = conversation
+    return a
+
+
+def start_agent(tmp_path, cache_dir, extra_env=None, args=("--anonymous",)) -> Process:
+    env = {"SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir), **(extra_env or {})}
+    return Process(["agent", *args], env, tmp_path / "agent.log")
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory, cache_dir):
+    server = start_agent(tmp_path_factory.mktemp("agent"), cache_dir)
+    yield server
+    server.stop()
+
+
+def say(server: Process, body: dict, timeout: float = 60) -> list[str]:
+    r = httpx.post(server.url + "/api/messages", json=body, timeout=timeout)
+    assert r.status_code == 200, r.text
+    return [a["text"] for a in r.json()["activities"] if a["type"] == "message"]
+
+
+def stored(server: Process, thread: str):
+    data = server.log.parent / "data"
+    store = open_store(f"sqlite:///{data / 'semhist.sqlite3'}")
+    try:
+        return store.messages(thread) if store.has_thread(thread) else []
+    finally:
+        store.close()
+
+
+def test_every_message_and_reply_is_stored_once(agent):
+    conv = "19:store-once@thread.tacv2;messageid=1"
+    first = say(agent, activity("明日の会議は10時からです", "1722211200000", conv))
+    assert len(first) == 1 and "no language model is configured" in first[0]
+    again = say(agent, activity("明日の会議は10時からです", "1722211200000", conv))  # Teams redelivers
+    assert len(again) == 1
+    msgs = stored(agent, conv)
+    assert [(m.role, m.content) for m in msgs] == [("user", "明日の会議は10時からです"), ("assistant", first[0])]
+    user = msgs[0]
+    assert user.name == "Taro"
+    assert user.timestamp.isoformat() == "2026-11-30T09:00:00.123456+00:00"
+    assert msgs[1].timestamp > user.timestamp
+    store = open_store(f"sqlite:///{agent.log.parent / 'data' / 'semhist.sqlite3'}")
+    try:
+        assert store.id_of(conv, "1722211200000") == user.id  # the activity id is the message's key
+    finally:
+        store.close()
+
+
+def test_without_an_llm_it_says_what_it_found(agent, cache_dir):
+    conv = "19:ramen@thread.tacv2;messageid=2"
+    from retrieval import History
+
+    settings = Settings.load(env={}, data_dir=agent.log.parent / "data", cache_dir=cache_dir)
+    history = History(settings, llm=None)
+    history.ingest(conv, load(SAMPLES / "ramen.json").only())
+    history.close()
+    reply = say(agent, activity(RAMEN_REQUEST, "1722211300000", conv, timestamp="2025-08-12T12:00:00.1234567Z"))[0]
+    assert "no language model" in reply and "2025-07-29 09:00" in reply
+    sources = say(agent, activity("/sources", "1722211300001", conv, timestamp="2025-08-12T12:01:00.1234567Z"))[0]
+    assert RAMEN_REQUEST[:20] in sources and "2025-07-29 09:00" in sources
+    forgot = say(agent, activity("/forget", "1722211300002", conv, timestamp="2025-08-12T12:02:00.1234567Z"))[0]
+    assert forgot.startswith("Forgotten")
+    assert stored(agent, conv) == []  # the confirmation did not start the thread again
+    say(agent, activity("新しい話題です", "1722211300003", conv, timestamp="2025-08-12T12:03:00.1234567Z"))
+    assert [m.content for m in stored(agent, conv)][0] == "新しい話題です"
+
+
+def test_an_attachment_without_text_is_answered_not_stored(agent):
+    conv = "19:attach@thread.tacv2;messageid=3"
+    reply = say(agent, activity("", "1722211400000", conv, attachments=[
+        {"contentType": "image/png", "contentUrl": "https://example.invalid/cat.png"}]))
+    assert reply == ["I can only read text messages."]
+    assert [m.role for m in stored(agent, conv)] == ["assistant"]
+
+
+def test_an_id_the_store_refuses_is_kept_under_a_digest(agent):
+    conv = "a1b2c3|livechat"  # the Emulator's ids carry a '|'
+    say(agent, activity("hello there", "5", conv))
+    from retrieval.agent.memory import thread_id_for
+
+    assert thread_id_for(conv).startswith("conv-") and len(stored(agent, thread_id_for(conv))) == 2
+
+
+def test_authentication_is_the_sdks(tmp_path, cache_dir):
+    creds = {"CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTID": "00000000-0000-0000-0000-000000000001",
+             "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__TENANTID": "00000000-0000-0000-0000-000000000002",
+             "CONNECTIONS__SERVICE_CONNECTION__SETTINGS__CLIENTSECRET": "not-a-secret"}
+    server = start_agent(tmp_path, cache_dir, creds, args=())
+    try:
+        for headers in ({}, {"Authorization": "Bearer forged"}):
+            r = httpx.post(server.url + "/api/messages", json=activity("hi", "1"), headers=headers, timeout=30)
+            assert r.status_code == 401
+    finally:
+        server.stop()
+    assert stored(server, CONVERSATION) == []
+    for args in ([], ["--anonymous", "--host", "0.0.0.0"]):
+        out = subprocess.run([sys.executable, "-m", "retrieval.cli", "agent", *args, "--data-dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60,
+                             env={k: v for k, v in __import__("os").environ.items() if not k.startswith("CONNECTIONS")})
+        assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
+        assert ("CONNECTIONS__" in out.stderr) if not args else ("loopback" in out.stderr)
+
+
+@pytest.mark.parametrize("mode", ["slow", "html"])
+def test_a_broken_llm_gets_an_apology_within_the_timeout(tmp_path, cache_dir, mode):
+    bad = BadLLM(mode, delay=60)
+    server = start_agent(tmp_path, cache_dir, {"OPENAI_BASE_URL": bad.url, "OPENAI_API_KEY": "x",
+                                               "SEMHIST_LLM_MODEL": "broken", "SEMHIST_LLM_TIMEOUT": "3"})
+    try:
+        began = time.monotonic()
+        reply = say(server, activity("ラーメンの話をまとめて", "1", "19:bad@thread.tacv2"), timeout=60)
+        took = time.monotonic() - began
+    finally:
+        server.stop()
+        bad.close()
+    assert reply[0].startswith("Sorry, the language model did not answer")
+    assert took < 12, took
+    assert [m.role for m in stored(server, "19:bad@thread.tacv2")] == ["user", "assistant"]
+
+
+@pytest.mark.llm
+def test_it_answers_with_the_local_llm(tmp_path, cache_dir, llm_env):
+    conv = "19:ramen-llm@thread.tacv2;messageid=9"
+    from retrieval import History
+
+    settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
+    history = History(settings, llm=None)
+    history.ingest(conv, load(SAMPLES / "ramen.json").only())
+    history.close()
+    server = start_agent(tmp_path, cache_dir, {**llm_env, "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local"})
+    try:
+        reply = say(server, activity(RAMEN_REQUEST, "1722211500000", conv, timestamp="2025-08-12T12:00:00Z"),
+                    timeout=600)[0]
+    finally:
+        server.stop()
+    assert not reply.startswith("Sorry"), reply
+    assert any(word in reply for word in ("ラーメン", "一蘭", "すみれ", "スープ", "味噌", "豚骨")), reply
