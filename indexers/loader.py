@@ -82,7 +82,12 @@ def parse_timestamp(value: Any, zone: tzinfo) -> datetime:
             parsed = dparser.parse(text)
         except (ValueError, OverflowError) as exc:
             raise ValueError(f"cannot parse time {value!r}") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)
+    try:
+        parsed.astimezone(timezone.utc)  # stored as UTC: 9999-12-31T23:59-01:00 is year 10000 there
+    except (OverflowError, ValueError):
+        raise ValueError(f"time {value!r} is out of range (years 1-9999 in UTC)") from None
+    return parsed
 
 
 def _from_epoch(seconds: float) -> datetime:

@@ -241,6 +241,7 @@ def _parse(name: str, annotation: Any, raw: str) -> Any:
     return raw
 
 
+MAX_BUDGET = 100_000_000  # tokens; far beyond any model's context, below float's integer range
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 
 
@@ -257,7 +258,7 @@ class Budget:
         if not match:
             raise ConfigError(f"budget must look like 2000 or 10%, got {text!r}")
         value, pct = float(match.group(1)), bool(match.group(2))
-        if value <= 0 or (pct and value > 100):
+        if value <= 0 or (pct and value > 100) or value > MAX_BUDGET:
             raise ConfigError(f"budget out of range: {text!r}")
         return cls(value / 100 if pct else value, pct)
 

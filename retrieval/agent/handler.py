@@ -89,10 +89,14 @@ class SemhistAgent:
         much past `timeout`."""
         start = time.monotonic()
         try:
-            result = await asyncio.to_thread(self.history.ask, thread, text, strategy=self.strategy,
-                                             budget=self.budget, system_prompt=self.system_prompt)
+            # the request's own LLM work (keyword, compaction) counts against the turn's deadline
+            result = await asyncio.wait_for(asyncio.to_thread(
+                self.history.ask, thread, text, strategy=self.strategy, budget=self.budget,
+                system_prompt=self.system_prompt), self.timeout * 2)
         except SemhistError as exc:
             return f"Sorry, I could not read this conversation's history: {exc}"
+        except asyncio.TimeoutError:
+            return f"Sorry, reading this conversation's history took longer than {self.timeout * 2:g} s."
         llm = self.history.llm
         if llm is None:
             found = sources_text("The answer would be built from", [

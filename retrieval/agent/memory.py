@@ -56,12 +56,13 @@ class ThreadMemory:
         await self._store(thread, self._incoming(activity, stamp))
 
         async def on_send(ctx: Any, activities: list, send_next: Callable[[], Awaitable]):
+            sent = await send_next()  # the user first; a reply that could not be sent is not kept as said
             if not ctx.turn_state.get(NO_STORE):
                 for reply in (a for a in activities if a.type == "message" and _text(a)):
                     n = ctx.turn_state.get(SENT, 0)
                     ctx.turn_state[SENT] = n + 1
                     await self._store(thread, self._outgoing(reply, activity, stamp, n))
-            return await send_next()
+            return sent
 
         context.on_send_activities(on_send)
         await logic(context)

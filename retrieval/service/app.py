@@ -40,15 +40,24 @@ ThreadId = Annotated[str, Path(pattern=THREAD_ID_PATTERN, max_length=256, descri
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Error} for code in (400, 401, 404, 409, 413, 422, 503)}
 
 
-def in_pool(handler):
-    """A route's plain function, run in the app's pool (FastAPI sees the same parameters)."""
+def run_on(pool_name: str):
+    """A route's plain function, run in one of the app's pools (FastAPI sees the same parameters)."""
 
-    @functools.wraps(handler)
-    async def run(*args, **kwargs):
-        pool = kwargs["request"].app.state.pool
-        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(handler, *args, **kwargs))
+    def decorate(handler):
+        @functools.wraps(handler)
+        async def run(*args, **kwargs):
+            pool = getattr(kwargs["request"].app.state, pool_name)
+            return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(handler, *args, **kwargs))
 
-    return run
+        return run
+
+    return decorate
+
+
+in_pool = run_on("pool")
+# Health and metrics on a thread of their own: requests stuck on a slow LLM must not make a
+# liveness probe time out and get a healthy worker restarted.
+in_ops_pool = run_on("ops_pool")
 
 
 def create_app(settings: Settings | None = None, history: History | None = None) -> FastAPI:
@@ -59,6 +68,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.pool = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="semhist-request")
+        app.state.ops_pool = ThreadPoolExecutor(1, thread_name_prefix="semhist-ops")
         app.state.history = history or History(settings)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(app.state.pool, _warm, app.state.history)
@@ -68,6 +78,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
             if history is None:
                 await loop.run_in_executor(app.state.pool, app.state.history.close)
             app.state.pool.shutdown(wait=True)
+            app.state.ops_pool.shutdown(wait=True)
 
     app = FastAPI(title="semhist", version=_version(), lifespan=lifespan,
                   description="Semantic history for chat threads that never end: append messages, ask for the "
@@ -79,7 +90,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
     app.include_router(_threads_api(settings), dependencies=[auth], responses=ERRORS)
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Error}}, tags=["operations"])
-    @in_pool
+    @in_ops_pool
     def healthz(request: Request) -> Health:
         """Alive, with the store answering."""
         threads, messages = _history(request).store.totals()
@@ -87,7 +98,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
 
     @app.get("/metrics", dependencies=[auth], response_class=Response, tags=["operations"],
              responses={200: {"content": {"text/plain": {}}}, 401: {"model": Error}})
-    @in_pool
+    @in_ops_pool
     def prometheus(request: Request) -> Response:
         """Prometheus text: requests and latency per route, messages, tokens sent vs full history."""
         body, kind = metrics().exposition(_history(request).store.totals)
@@ -224,10 +235,13 @@ def _budget(value: int | str | None) -> Budget | None:
 
 
 def _int_id(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise InputError(f"message id must be the number the POST returned, got {text!r} "
                          "(use ?by=key for your own id)", field="message_id")
-    return int(text)
+    value = int(text)
+    if value >= 2**63:
+        raise NotFoundError(f"no message {text}")
+    return value
 
 
 def _chars(content: str | list[dict[str, Any]] | None) -> int:

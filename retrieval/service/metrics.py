@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from indexers.errors import missing_extra
+from indexers.errors import BackendError, missing_extra
 
 # seconds: appends take milliseconds, context tens of ms, an LLM answer seconds
 BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -66,7 +66,10 @@ class _StoreCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        threads, messages = self.totals()
+        try:
+            threads, messages = self.totals()
+        except BackendError:  # the request figures still come; /healthz says the store is down
+            return
         yield GaugeMetricFamily("semhist_threads_stored", "threads in the store", value=threads)
         yield GaugeMetricFamily("semhist_messages_stored", "messages in the store", value=messages)
 
