@@ -13,13 +13,13 @@ from ..errors import InputError
 
 # Teams conversation ids look like "19:abc@thread.v2" or "a:1Xyz;messageid=12"; anything with a
 # slash, a backslash, whitespace or ".." is refused, so an id can never walk out of a directory.
-_THREAD_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:;@=+\-]{0,255}$")
+THREAD_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:;@=+\-]{0,255}$")
 
 Key = tuple[float, int]  # (sort_ts, id): a message's place in its thread
 
 
 def check_thread_id(thread_id: str) -> str:
-    if not isinstance(thread_id, str) or not _THREAD_ID.match(thread_id) or ".." in thread_id:
+    if not isinstance(thread_id, str) or not THREAD_ID.match(thread_id) or ".." in thread_id:
         raise InputError(f"invalid thread id {thread_id!r}: use 1-256 characters from A-Z a-z 0-9 _ . : ; @ = + -, "
                          "starting with a letter, digit or _, and no '..'")
     return thread_id

@@ -27,6 +27,7 @@ from indexers.settings import Budget, Settings
 
 from .. import render
 from ..history import History
+from ..history.facade import MAX_KEY
 from . import errors
 from .errors import TooLarge, Unauthorized
 from .metrics import Timing, metrics
@@ -169,7 +170,7 @@ def _threads_api(settings: Settings) -> APIRouter:
 
     @api.delete("/v1/threads/{thread_id}/messages/{message_id}", response_model=Forgotten)
     @in_pool
-    def forget_message(thread_id: ThreadId, message_id: Annotated[str, Path(max_length=512)], request: Request,
+    def forget_message(thread_id: ThreadId, message_id: Annotated[str, Path(max_length=MAX_KEY)], request: Request,
                        by: Literal["id", "key"] = "id") -> Forgotten:
         """Forget one message, by the id the POST returned or (`?by=key`) by the caller's own id."""
         history = _history(request)

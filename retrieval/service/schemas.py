@@ -6,9 +6,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexers.store.records import THREAD_ID
+
+from ..history.facade import MAX_KEY
 from ..pipeline import STRATEGIES
 
-THREAD_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:;@=+\-]{0,255}$"  # the store's rule (indexers/store/records.py)
+THREAD_ID_PATTERN = THREAD_ID.pattern  # the store's own rule, so the API cannot drift from it
 
 
 class ChatMessage(BaseModel):
@@ -19,7 +22,7 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
-    id: str | None = Field(default=None, min_length=1, max_length=512)
+    id: str | None = Field(default=None, min_length=1, max_length=MAX_KEY)
     timestamp: str | float | None = Field(default=None, description="ISO 8601 or epoch seconds; default: now")
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
