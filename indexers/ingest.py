@@ -8,6 +8,7 @@ history, and closed blocks are never read, re-segmented or re-embedded again.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,9 +18,9 @@ import numpy as np
 from .embed import PASSAGE, Embedder, embed_or_fail
 from .lexical import tokenize
 from .model import Message, embedding_text, message_text
-from .pii import Masker
+from .pii import RULES, Masker, mask_message, masker_from_setting
 from .segment import Segmenter, drift_history
-from .store import AppendResult, ClosedBlock, NewMessage, SQLStore, StoredMessage
+from .store import AppendResult, ClosedBlock, NewMessage, SQLStore, StaleRules, StoredMessage
 from .tokens import count_message
 
 
@@ -36,22 +37,46 @@ def source_key(position: int, msg: Message) -> str:
     """Identifies a message of an input file, so ingesting the file again adds nothing; a
     file that grew adds only its new messages."""
     stamp = msg.timestamp.isoformat() if msg.timestamp else ""
-    return hashlib.sha256(f"{position}\x00{msg.role}\x00{msg.name or ''}\x00{stamp}\x00{msg.content}".encode()).hexdigest()
+    parts = f"\x00{json.dumps(msg.verbatim, sort_keys=True, ensure_ascii=False)}" if msg.verbatim else ""
+    return hashlib.sha256(f"{position}\x00{msg.role}\x00{msg.name or ''}\x00{stamp}\x00{msg.content}{parts}"
+                          .encode()).hexdigest()
 
 
 def _message(stored: StoredMessage, index: int) -> Message:
     return Message(index, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
-                   stored.tool_call_id)
+                   stored.tool_call_id, stored.verbatim)
+
+
+def pii_rules(value: str | None) -> tuple[str, ...]:
+    """The rule names a `pii` setting (or a thread's stored choice) stands for."""
+    masker = masker_from_setting(value)
+    return tuple(rule.name for rule in masker.rules) if masker else ()
+
+
+def masker_of(rules: Sequence[str]) -> Masker | None:
+    return Masker(rules) if rules else None
 
 
 class Ingestor:
+    """Writes messages to the store. Masking belongs to the thread: the rules a thread was
+    written with are stored on it, and every later write (whatever this process's `pii`
+    setting) masks with them and any this process adds."""
+
     def __init__(self, store: SQLStore, embedder: Embedder, segmenter: Segmenter,
-                 masker: Masker | None = None, batch_size: int = 256):
+                 pii: str | None = None, batch_size: int = 256):
         self.store = store
         self.embedder = embedder
         self.segmenter = segmenter
-        self.masker = masker
+        self.rules = pii_rules(pii)
         self.batch_size = batch_size
+
+    def thread_rules(self, thread_id: str) -> tuple[str, ...]:
+        """This process's rules and the thread's stored ones, in the built-in order."""
+        wanted = set(self.rules) | set(pii_rules(self.store.pii(thread_id)))
+        return tuple(name for name in RULES if name in wanted)  # registration order: cards first
+
+    def masker(self, thread_id: str) -> Masker | None:
+        return masker_of(self.thread_rules(thread_id))
 
     def segment_tail(self, tail: list[StoredMessage], history: tuple[float, ...]
                      ) -> tuple[list[ClosedBlock], tuple[float, ...]]:
@@ -71,29 +96,25 @@ class Ingestor:
         history = drift_history(history, vectors, [b.message_ids for b in blocks], self.segmenter.drift_window)
         return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts) for b in blocks], history
 
-    def prepare(self, messages: Sequence[Message], keys: Sequence[str | None]) -> list[NewMessage]:
+    def prepare(self, messages: Sequence[Message], keys: Sequence[str | None],
+                masker: Masker | None = None) -> list[NewMessage]:
         """Masked, tokenized and embedded, ready to store. System messages are not embedded:
         they are never retrieved (they stay in every prompt)."""
-        masked = [self._mask(m) for m in messages]
+        masked = [mask_message(m, masker) for m in messages] if masker else list(messages)
         searchable = [i for i, m in enumerate(masked) if m.role != "system"]
         vectors = embed_or_fail(self.embedder, [embedding_text(masked[i]) for i in searchable], PASSAGE) \
             if searchable else []
         by_pos = dict(zip(searchable, vectors))
         return [NewMessage(m.role, m.content, m.timestamp, m.name, m.tool_calls, m.tool_call_id, key,
                            tuple(tokenize(message_text(m))) if m.role != "system" else (), by_pos.get(i),
-                           count_message(m.to_openai()))
+                           count_message(m.to_openai()), m.verbatim)
                 for i, (m, key) in enumerate(zip(masked, keys))]
 
-    def _mask(self, msg: Message) -> Message:
-        if self.masker is None:
-            return msg
-        return Message(msg.index, msg.role, self.masker(msg.content), msg.timestamp,
-                       msg.name, msg.tool_calls, msg.tool_call_id)
-
     def append(self, thread_id: str, messages: Sequence[Message], keys: Sequence[str | None] | None = None,
-               progress: Callable[[int], None] | None = None) -> IngestResult:
+               progress: Callable[[int], None] | None = None, manifest: dict | None = None) -> IngestResult:
         """Store messages in batches (each batch is one transaction: a crash loses at most the
-        batch in flight, and running again completes the rest)."""
+        batch in flight, and running again completes the rest). `manifest` is written with
+        the first batch, so a write that fails leaves no empty thread behind."""
         keys = list(keys) if keys is not None else [None] * len(messages)
         ids: list[int] = []
         every: list[int] = []
@@ -104,8 +125,8 @@ class Ingestor:
             todo = [(m, k) for m, k in zip(batch, batch_keys) if not k or k not in known]
             added: tuple[int, ...] = ()
             if todo:
-                rows = self.prepare([m for m, _ in todo], [k for _, k in todo])
-                write = self.store.append(thread_id, rows, self.embedder.id, self.segment_tail)
+                write = self._store(thread_id, todo, manifest)
+                manifest = None
                 writes.append(write)
                 added = write.ids
                 ids.extend(added)
@@ -113,6 +134,17 @@ class Ingestor:
             if progress:
                 progress(len(batch))
         return IngestResult(len(ids), len(messages) - len(ids), tuple(ids), tuple(writes), tuple(every))
+
+    def _store(self, thread_id: str, todo: list, manifest: dict | None) -> AppendResult:
+        try:
+            return self._store_with(self.thread_rules(thread_id), thread_id, todo, manifest)
+        except StaleRules:  # another writer turned masking on meanwhile: mask with its rules too
+            return self._store_with(self.thread_rules(thread_id), thread_id, todo, manifest)
+
+    def _store_with(self, rules: tuple[str, ...], thread_id: str, todo: list, manifest: dict | None) -> AppendResult:
+        rows = self.prepare([m for m, _ in todo], [k for _, k in todo], masker_of(rules))
+        return self.store.append(thread_id, rows, self.embedder.id, self.segment_tail,
+                                 manifest=manifest, pii=",".join(rules) or None)
 
     def _every_id(self, thread_id: str, keys: Sequence[str | None], known: dict[str, int],
                   todo: list, added: tuple[int, ...]) -> list[int]:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime
 from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
+# Roles that mean one of ours: OpenAI's `developer` is the operator's instruction (a system
+# message) for every placement and budget rule; the given name comes back in the prompt.
+ROLE_ALIASES = {"developer": "system"}
+# The longest message text (characters) accepted by default: a quarter-million tokens, more
+# than any model reads at once; it bounds what one write may cost.
+MAX_MESSAGE_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -22,17 +29,33 @@ class Message:
     name: str | None = None
     tool_calls: tuple[dict[str, Any], ...] | None = field(default=None, compare=False)
     tool_call_id: str | None = None
+    # What semhist keeps but does not interpret, returned as given: the content parts of a
+    # message sent as parts ({"content": [...]}) and the role it was sent with ({"role": "developer"}).
+    verbatim: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
-        """This message as an OpenAI chat `messages` entry (tool calls kept as they are)."""
+        """This message as an OpenAI chat `messages` entry (tool calls and parts as given)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.name and self.role in ("user", "assistant"):
-            out["name"] = self.name
+        name = api_name(self.name) if self.name and self.role in ("user", "assistant") else None
+        if name:
+            out["name"] = name
         if self.tool_calls:
             out["tool_calls"] = [dict(c) for c in self.tool_calls]
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
+        if self.verbatim:
+            out.update(self.verbatim)
         return out
+
+
+# The chat-completions API refuses a `name` with whitespace or any of < | \ / > (its pattern is
+# ^[^\s<|\\/>]+$), and Teams display names have spaces: "Taro Yamada" goes out as "Taro_Yamada".
+_NAME_REFUSED = re.compile(r"[\s<|\\/>]+")
+
+
+def api_name(name: str) -> str | None:
+    """A speaker's name as the API accepts it (at most 64 characters), None when nothing is left."""
+    return _NAME_REFUSED.sub("_", name).strip("_")[:64] or None
 
 
 @dataclass(frozen=True)
@@ -70,7 +93,7 @@ class Thread:
         for m in self.messages:
             h.update(f"{m.index}\x00{m.role}\x00{m.name or ''}\x00{m.content}\x00"
                      f"{m.timestamp.isoformat() if m.timestamp else ''}\x00{m.tool_call_id or ''}\x00"
-                     f"{m.tool_calls or ''}\x01".encode())
+                     f"{m.tool_calls or ''}{m.verbatim or ''}\x01".encode())
         return h.hexdigest()
 
     def ground_truth(self, request: str) -> Query | None:
@@ -107,11 +130,28 @@ class Block:
 
 
 def message_text(msg: Message) -> str:
-    """What a message is searched as: its text (tool calls by their function names)."""
+    """What a message is searched as: its text (tool calls by their function names, parts
+    that are not text by their kind and file name)."""
     if msg.content:
         return msg.content
     names = [str(c.get("function", {}).get("name", "")) for c in msg.tool_calls or ()]
+    names += [part_label(p) for p in (msg.verbatim or {}).get("content", ()) if p.get("type") != "text"]
     return " ".join(n for n in names if n)
+
+
+def head_and_tail(text: str, limit: int) -> str:
+    """The text, or its first and last limit/2 characters when it is longer: a long message is
+    a pasted document, and its question or its point sits before or after it."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}\n[...]\n{text[-(limit // 2):]}"
+
+
+def part_label(part: dict[str, Any]) -> str:
+    """A content part that is not text, as a word: "[image]", "[file report.pdf]"."""
+    kind = str(part.get("type", "part")).removesuffix("_url").removeprefix("input_")
+    name = (part.get("file") or {}).get("filename") if isinstance(part.get("file"), dict) else None
+    return f"[{kind} {name}]" if name else f"[{kind}]"
 
 
 def embedding_text(msg: Message) -> str:

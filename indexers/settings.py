@@ -14,7 +14,8 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, InputError
+from .model import MAX_MESSAGE_CHARS
 
 # Option groups: each command shows the groups it uses (retrieval/cli/options.py).
 EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE, SERVICE = (
@@ -136,13 +137,16 @@ class Settings:
     # -- reading files
     timezone: str = option("UTC", group=INPUT, help="zone for timestamps without one")
     lenient: bool = option(False, group=INPUT, help="skip and report bad messages instead of stopping")
+    max_message_chars: int = option(MAX_MESSAGE_CHARS, group=INPUT, help="longest message or request text "
+                                    "accepted, in characters (longer ones are refused; the service answers 413)")
     # -- stored threads
     db: str | None = option(None, group=STORE, help="sqlite:///path.db or postgresql://user@host/db",
                             shown="semhist.sqlite3 in the data directory")
     data_dir: Path = option(group=STORE, factory=_default_data_dir, shown="the user data directory",
                             help="where the default database and FAISS files live")
-    pii: str = option("off", group=WRITE, help="mask e-mails, phones and card numbers before storing: "
-                                               "on, off, or rule names")
+    pii: str = option("off", group=WRITE, help="mask e-mails, phones, card numbers, My Numbers and postal "
+                                               "addresses before storing (kept with the thread): on, off, or "
+                                               "rule names")
     view_limit: int = option(5_000, group=SERVE, help="stored threads up to this many messages are "
                                                       "searched whole")
     ann_threshold: int = option(50_000, group=SERVE, help="vectors per thread above which FAISS goes "
@@ -156,8 +160,6 @@ class Settings:
     # -- the HTTP service (semhist serve)
     max_body_kb: int = option(4096, group=SERVICE, help="largest request body the service accepts (413 above)")
     max_batch: int = option(256, group=SERVICE, help="most messages one POST may add (413 above)")
-    max_message_chars: int = option(100_000, group=SERVICE, help="longest message or request text the service "
-                                                                   "accepts (413 above)")
     # Only from the environment (SEMHIST_API_TOKEN): a flag would show the secret in `ps`.
     api_token: str | None = field(default=None, repr=False)
     llm: LLMConfig | None = None
@@ -256,10 +258,10 @@ class Budget:
     def parse(cls, text: str) -> Budget:
         match = _BUDGET.match(str(text))
         if not match:
-            raise ConfigError(f"budget must look like 2000 or 10%, got {text!r}")
+            raise InputError(f"budget must look like 2000 or 10%, got {text!r}")
         value, pct = float(match.group(1)), bool(match.group(2))
         if value <= 0 or (pct and value > 100) or value > MAX_BUDGET:
-            raise ConfigError(f"budget out of range: {text!r}")
+            raise InputError(f"budget out of range: {text!r} (a share is 0-100%, tokens at most {MAX_BUDGET:,})")
         return cls(value / 100 if pct else value, pct)
 
     def tokens(self, full_history_tokens: int) -> int:

@@ -103,12 +103,14 @@ def test_without_an_llm_it_says_what_it_found(agent, cache_dir):
     assert [m.content for m in stored(agent, conv)][0] == "新しい話題です"
 
 
-def test_an_attachment_without_text_is_answered_not_stored(agent):
+def test_an_attachment_without_text_is_stored_as_a_turn(agent):
     conv = "19:attach@thread.tacv2;messageid=3"
     reply = say(agent, activity("", "1722211400000", conv, attachments=[
-        {"contentType": "image/png", "contentUrl": "https://example.invalid/cat.png"}]))
+        {"contentType": "image/png", "contentUrl": "https://example.invalid/cat.png", "name": "cat.png"}]))
     assert reply == ["I can only read text messages."]
-    assert [m.role for m in stored(agent, conv)] == ["assistant"]
+    turns = stored(agent, conv)
+    assert [m.role for m in turns] == ["user", "assistant"]
+    assert turns[0].content == "[attachment image/png: cat.png]"  # named, not linked: the URL needs the bot's token
 
 
 def test_an_id_the_store_refuses_is_kept_under_a_digest(agent):

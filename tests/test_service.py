@@ -70,6 +70,27 @@ def test_a_bad_message_stores_none_of_the_batch(api):
     assert (err["index"], err["field"], err["type"]) == (3, "role", "invalid_request")
 
 
+def test_openai_shapes_go_in_and_come_back_as_sent(api):
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/menu.png"}}
+    r = api.post("/v1/threads/shapes/messages", json={"messages": [
+        {"role": "developer", "content": "Be brief.", "timestamp": 1764493199000},
+        {"role": "user", "content": [{"type": "text", "text": "the menu"}, image], "timestamp": 1764493200000},
+        {"role": "assistant", "content": "", "timestamp": 1764493201000}]})
+    assert r.status_code == 201, r.text
+    sent = api.post("/v1/threads/shapes/context", json={"request": "what was on the menu?"}).json()["messages"]
+    assert sent[0] == {"role": "developer", "content": "Be brief."}
+    assert {"role": "user", "content": [{"type": "text", "text": "the menu"}, image]} in sent
+    listed = {t["thread"]: t for t in api.get("/v1/threads").json()}
+    assert listed["shapes"]["first"].startswith("2025-11-30T08:59:59")  # milliseconds since 1970
+    legacy = api.post("/v1/threads/shapes/messages", json={"messages": [
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}]})
+    err = legacy.json()["error"]
+    assert legacy.status_code == 422 and err["field"] == "function_call" and "tool_calls" in err["message"]
+    surrogate = api.post("/v1/threads/shapes/messages", content=b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
+                         headers={"content-type": "application/json"})
+    assert surrogate.status_code == 422 and surrogate.json()["error"]["field"] == "content"
+
+
 def test_context_is_the_prompt_for_the_next_turn(api):
     r = api.post("/v1/threads/ramen/messages", json={"messages": ramen_messages()})
     assert r.status_code == 201 and r.json()["added"] == 68
@@ -116,7 +137,9 @@ BAD = [  # (method, path, body or raw bytes, status, error type)
     ("post", "/v1/threads/t/messages", b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "invalid_json"),
     ("post", "/v1/threads/t/messages", {"messages": []}, 422, "invalid_request"),
     ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": 5}]}, 422, "invalid_request"),
-    ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": "  "}]}, 422, "invalid_request"),
+    ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": "a\u0000b"}]}, 422, "invalid_request"),
+    ("post", "/v1/threads/t/messages", {"messages": [{"role": "function", "name": "f", "content": "1"}]}, 422,
+     "invalid_request"),
     ("post", "/v1/threads/t/messages", {"messages": [{"role": "tool", "content": "x"}]}, 422, "invalid_request"),
     ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": "x", "timestamp": 1e20}]}, 422,
      "invalid_request"),
@@ -129,6 +152,8 @@ BAD = [  # (method, path, body or raw bytes, status, error type)
     ("post", "/v1/threads/nobody/context", {"request": "hello"}, 404, "not_found"),
     ("post", "/v1/threads/ramen/context", {"request": ""}, 422, "invalid_request"),
     ("post", "/v1/threads/ramen/context", {"request": "x", "budget": "ten"}, 422, "invalid_request"),
+    ("post", "/v1/threads/ramen/context", b'{"request": "x", "system_prompt": "\\ud800"}', 422, "invalid_request"),
+    ("post", "/v1/threads/ramen/context", b'{"request": "x\\u0000"}', 422, "invalid_request"),
     ("post", "/v1/threads/ramen/context", {"request": "x", "strategy": "magic"}, 422, "invalid_request"),
     ("post", "/v1/threads/ramen/context", {"request": "x", "strategy": "summary"}, 422, "not_supported"),
     ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": "x",

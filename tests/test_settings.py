@@ -1,6 +1,6 @@
 import pytest
 
-from indexers.errors import ConfigError
+from indexers.errors import ConfigError, InputError
 from indexers.settings import Budget, Settings
 
 
@@ -46,7 +46,7 @@ def test_budget(text, full, tokens):
 
 @pytest.mark.parametrize("text", ["", "ten", "-5", "0", "150%", "10 %%"])
 def test_bad_budget(text):
-    with pytest.raises(ConfigError):
+    with pytest.raises(InputError):  # the caller's input, like a bad message: exit 2, HTTP 422
         Budget.parse(text)
 
 

@@ -75,9 +75,42 @@ class CachedEmbedder:
         return out
 
 
+# The packaged encoders read a few hundred tokens; longer inputs cost memory in proportion
+# (USE-m3: about 10 MB per 1,000 Japanese characters, 3 GB for a 1 MB message) and add little.
+# A long text is embedded as the mean of at most MAX_CHUNKS chunks spread over it, a few at a time.
+CHUNK_CHARS = 2_000
+MAX_CHUNKS = 32
+CHUNK_BATCH = 4
+
+
+def chunks_of(text: str) -> list[str]:
+    """A long text's chunks (the whole text when it is short), evenly spread over it."""
+    if len(text) <= CHUNK_CHARS:
+        return [text]
+    starts = range(0, len(text), CHUNK_CHARS)
+    if len(starts) > MAX_CHUNKS:
+        step = len(starts) / MAX_CHUNKS
+        starts = [starts[int(k * step)] for k in range(MAX_CHUNKS)]
+    return [text[s:s + CHUNK_CHARS] for s in starts]
+
+
 def embed_or_fail(embedder: Embedder, texts: Sequence[str], kind: str = PASSAGE) -> np.ndarray:
-    """The embedder's rows, its failures as a BackendError naming it."""
+    """The embedder's rows (long texts chunked), its failures as a BackendError naming it."""
+    texts = list(texts)
+    long = [i for i, t in enumerate(texts) if len(t) > CHUNK_CHARS]
     try:
-        return embedder.embed(list(texts), kind)
+        if not long:
+            return embedder.embed(texts, kind)
+        out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+        short = [i for i, t in enumerate(texts) if len(t) <= CHUNK_CHARS]
+        if short:
+            out[short] = embedder.embed([texts[i] for i in short], kind)
+        for i in long:
+            pieces = chunks_of(texts[i])
+            total = np.zeros(embedder.dim, dtype=np.float32)
+            for start in range(0, len(pieces), CHUNK_BATCH):
+                total += embedder.embed(pieces[start:start + CHUNK_BATCH], kind).sum(axis=0)
+            out[i] = total / max(float(np.linalg.norm(total)), 1e-12)
+        return out
     except Exception as exc:
         raise BackendError(f"embedder {embedder.id} failed: {exc}") from exc

@@ -38,6 +38,7 @@ class EmbeddingCache:
                 self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=60)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the last writes costs a re-embed
+                self._db.execute("PRAGMA secure_delete=ON")  # a forgotten text's vector is overwritten
                 self._db.execute(_SCHEMA)
                 self._db.commit()
             except (OSError, sqlite3.Error) as exc:
@@ -93,6 +94,7 @@ class EmbeddingCache:
             try:
                 self._db.executemany("DELETE FROM embeddings WHERE key = ?", [(k,) for k in keys])
                 self._db.commit()
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error as exc:
                 raise BackendError(f"embedding cache {self.path}: {exc}") from exc
 

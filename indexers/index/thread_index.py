@@ -28,7 +28,7 @@ _MESSAGE_OVERHEAD = 300  # bytes a message costs in memory besides its text, abo
 def as_message(stored: StoredMessage) -> Message:
     """A stored message in the pipeline's form: its index is its store id."""
     return Message(stored.id, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
-                   stored.tool_call_id)
+                   stored.tool_call_id, stored.verbatim)
 
 
 class ThreadIndex:
@@ -95,7 +95,7 @@ class ThreadIndex:
         self.keys.append(m.key)
         self.position[m.id] = pos
         self.max_id = max(self.max_id, m.id)
-        self._text_bytes += 2 * len(m.content) + _MESSAGE_OVERHEAD
+        self._text_bytes += 2 * len(m.content) + _MESSAGE_OVERHEAD + (len(str(m.verbatim)) if m.verbatim else 0)
         if m.timestamp is not None:
             self.last_time = m.timestamp
         if m.role == "system":

@@ -14,12 +14,12 @@ from urllib.parse import unquote, urlparse
 
 from ..errors import ConfigError
 from .migrations import MIGRATIONS
-from .records import (AppendResult, Changes, ClosedBlock, Key, Marker, NewMessage, NoteRecord, StoredBlock,
+from .records import (AppendResult, Changes, StaleRules, ClosedBlock, Key, Marker, NewMessage, NoteRecord, StoredBlock,
                       StoredMessage, SummaryRecord, ThreadInfo, check_thread_id)
 from .sql import SQLStore
 
 __all__ = ["MIGRATIONS", "AppendResult", "Changes", "ClosedBlock", "Key", "Marker", "NewMessage", "NoteRecord",
-           "SQLStore", "StoredBlock", "StoredMessage", "SummaryRecord", "ThreadInfo", "check_thread_id",
+           "SQLStore", "StaleRules", "StoredBlock", "StoredMessage", "SummaryRecord", "ThreadInfo", "check_thread_id",
            "open_store", "STORES"]
 
 

@@ -6,6 +6,7 @@ it; forgetting a whole thread removes its row, so the id used again is a new inc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -16,7 +17,7 @@ from ..errors import InputError
 from .records import StoredMessage, check_thread_id
 from .rows import COLUMNS, chunks, marks, message_row
 
-_TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
+TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
 
 class ForgetMixin:
@@ -25,9 +26,17 @@ class ForgetMixin:
         gone = self.messages(thread_id)
         with self._write(thread_id) as cur:
             self._drop_block_terms(cur, thread_id)
-            for table in _TABLES:
+            for table in TABLES:
                 cur.execute(self._sql(f"DELETE FROM {table} WHERE thread_id = ?"), (thread_id,))
+        self.scrub()
         return gone
+
+    def scrub(self: Any) -> None:
+        """Make deleted rows unreadable on disk where the backend can (SQLite: overwritten
+        pages, the write-ahead log emptied). PostgreSQL keeps dead rows until VACUUM."""
+
+    def vacuum(self: Any) -> None:
+        """Rewrite the store without the space deleted rows held (SQLite: VACUUM)."""
 
     def forget_messages(self: Any, thread_id: str, *, ids: Sequence[int] | None = None,
                         before: datetime | None = None) -> list[StoredMessage]:
@@ -54,9 +63,13 @@ class ForgetMixin:
                 cur.execute(self._sql("DELETE FROM turn_log WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
             if gone:
                 self._forget_derived(cur, thread_id, gone)
+                if ids is not None:  # by date, the log went by the same date above
+                    self._forget_requests(cur, thread_id, gone)
                 cur.execute(self._sql("UPDATE threads SET generation = generation + 1 WHERE thread_id = ?"),
                             (thread_id,))
                 self._bump(cur, thread_id, complete=False)
+        if gone:
+            self.scrub()
         return gone
 
     def _forget_derived(self: Any, cur, thread_id: str, gone: list[StoredMessage]) -> None:
@@ -67,6 +80,18 @@ class ForgetMixin:
         # a summary of anything from `first` on read the forgotten text
         cur.execute(self._sql("DELETE FROM summaries WHERE thread_id = ? AND (upto_ts, upto_id) >= (?, ?)"),
                     (thread_id, first[0], first[1]))
+
+    def _forget_requests(self: Any, cur, thread_id: str, gone: list[StoredMessage]) -> None:
+        """A bot stores the user's message and then asks with it: the turn log holds the same
+        text as the request. Those entries go with the message. (Every entry of the thread is
+        read: the log's times are the server's, the message's the sender's.)"""
+        texts = {m.content for m in gone if m.role == "user" and m.content}
+        if not texts:
+            return
+        cur.execute(self._sql("SELECT id, payload FROM turn_log WHERE thread_id = ?"), (thread_id,))
+        doomed = [row[0] for row in cur.fetchall() if json.loads(row[1]).get("request") in texts]
+        for chunk in chunks(doomed):
+            cur.execute(self._sql(f"DELETE FROM turn_log WHERE id IN ({marks(chunk)})"), chunk)
 
     def resegment(self: Any, thread_id: str, segment: Callable) -> None:
         """Forget every block of the thread and segment it again from the stored vectors."""

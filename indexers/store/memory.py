@@ -84,9 +84,7 @@ class MemoryMixin:
 
     def put_manifest(self: Any, thread_id: str, payload: dict[str, Any]) -> None:
         with self._write(thread_id) as cur:
-            cur.execute(self._sql("INSERT INTO manifests (thread_id, payload) VALUES (?, ?) "
-                                  "ON CONFLICT (thread_id) DO UPDATE SET payload = excluded.payload"),
-                        (thread_id, json.dumps(payload, ensure_ascii=False)))
+            self._put_manifest(cur, thread_id, payload)
 
     def log_turn(self: Any, thread_id: str, payload: dict[str, Any]) -> None:
         with self._write(thread_id) as cur:

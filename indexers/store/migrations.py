@@ -117,6 +117,13 @@ CREATE INDEX notes_source ON notes (thread_id, source_id);
 ALTER TABLE threads ADD COLUMN notes_ts {real};
 ALTER TABLE threads ADD COLUMN notes_id BIGINT;
 """, None),
+    # What a message carries that semhist keeps but does not read (content parts that are not
+    # text, the role it was sent with), and the masking a thread was started with: once a
+    # thread is masked, every later write and turn-log entry of it is too.
+    ("0008_verbatim_and_pii", """
+ALTER TABLE messages ADD COLUMN verbatim TEXT;
+ALTER TABLE threads ADD COLUMN pii TEXT;
+""", None),
 )
 
 

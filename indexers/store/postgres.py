@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import BackendError, missing_extra
+from .forget import TABLES as VACUUMED
+from .rows import INSERT
 from .sql import SQLStore
 
 
@@ -92,13 +94,22 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL ({redact(self.url)}): {exc}") from exc
 
+    def vacuum(self) -> None:
+        """Rewrite semhist's tables without their dead rows. PostgreSQL keeps a deleted row's
+        bytes in its pages; a plain VACUUM (and autovacuum) only marks the space reusable,
+        measured: the text was still in the table file after it. VACUUM FULL writes new files
+        and holds an exclusive lock on each table while it does."""
+        psycopg = _psycopg()
+        try:
+            with self._conn().cursor() as cur:  # autocommit: VACUUM cannot run in a transaction
+                cur.execute("VACUUM FULL " + ", ".join(VACUUMED))
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL ({redact(self.url)}): {exc}") from exc
+
     def _insert(self, cur, rows: list[tuple]) -> list[int | None]:
         if not rows:
             return []
-        sql = ("INSERT INTO messages (thread_id, ts, tz, sort_ts, role, name, content, tool_calls, tool_call_id, "
-               "source_key, terms, embedder, vector, tokens) "
-               "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id")
-        cur.executemany(sql, rows, returning=True)  # pipelined: one round trip per batch, not per row
+        cur.executemany(self._sql(INSERT), rows, returning=True)  # pipelined: one round trip per batch, not per row
         ids: list[int | None] = []
         while True:  # one result per row, empty when its source key was stored already
             got = cur.fetchone()

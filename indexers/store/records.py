@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import BackendError, InputError
 
 # Teams conversation ids look like "19:abc@thread.v2" or "a:1Xyz;messageid=12"; anything with a
 # slash, a backslash, whitespace or ".." is refused, so an id can never walk out of a directory.
@@ -23,6 +23,11 @@ def check_thread_id(thread_id: str) -> str:
         raise InputError(f"invalid thread id {thread_id!r}: use 1-256 characters from A-Z a-z 0-9 _ . : ; @ = + -, "
                          "starting with a letter, digit or _, and no '..'")
     return thread_id
+
+
+class StaleRules(BackendError):
+    """Another writer turned masking on for the thread while these messages were prepared
+    without it (the writer prepares them again; twice in a row is an error)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class NewMessage:
     terms: tuple[str, ...] = ()
     vector: np.ndarray | None = field(default=None, compare=False)
     tokens: int = 0  # what the message costs in a prompt
+    verbatim: dict[str, Any] | None = field(default=None, compare=False)  # see Message.verbatim
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class StoredMessage:
     block_no: int | None = None
     vector: np.ndarray | None = field(default=None, compare=False)
     tokens: int = 0
+    verbatim: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def key(self) -> Key:

@@ -12,7 +12,13 @@ import numpy as np
 
 from .records import StoredBlock, StoredMessage
 
-COLUMNS = "id, thread_id, role, content, ts, tz, sort_ts, name, tool_calls, tool_call_id, terms, block_no, tokens"
+COLUMNS = ("id, thread_id, role, content, ts, tz, sort_ts, name, tool_calls, tool_call_id, terms, block_no, tokens, "
+           "verbatim")
+
+# One message row as written; the backends differ only in how they send it.
+INSERT = ("INSERT INTO messages (thread_id, ts, tz, sort_ts, role, name, content, tool_calls, tool_call_id, "
+          "source_key, terms, embedder, vector, tokens, verbatim) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+          "ON CONFLICT DO NOTHING RETURNING id")
 
 
 def now_iso() -> str:
@@ -39,11 +45,12 @@ def offset(ts: datetime | None) -> str | None:
 
 
 def message_row(r: Sequence[Any], with_vector: bool = False) -> StoredMessage:
-    mid, tid, role, content, ts, tz, sort_ts, name, calls, call_id, terms, block_no, tokens = r[:13]
-    vector = np.frombuffer(bytes(r[13]), dtype=np.float32) if with_vector and r[13] is not None else None
+    mid, tid, role, content, ts, tz, sort_ts, name, calls, call_id, terms, block_no, tokens, verbatim = r[:14]
+    vector = np.frombuffer(bytes(r[14]), dtype=np.float32) if with_vector and r[14] is not None else None
     return StoredMessage(int(mid), tid, role, content, stamp(ts, tz), float(sort_ts), name,
                          tuple(json.loads(calls)) if calls else None, call_id,
-                         tuple(terms.split("\x1f")) if terms else (), block_no, vector, int(tokens or 0))
+                         tuple(terms.split("\x1f")) if terms else (), block_no, vector, int(tokens or 0),
+                         json.loads(verbatim) if verbatim else None)
 
 
 def assemble_blocks(heads: list[tuple], members: list[tuple]) -> list[StoredBlock]:

@@ -17,9 +17,9 @@ from .lexical_keys import block_document
 from .memory import MemoryMixin
 from .reads import ReadMixin
 from .migrations import MIGRATIONS, script
-from .records import (AppendResult, ClosedBlock, Marker, NewMessage, StoredBlock, StoredMessage,
+from .records import (AppendResult, StaleRules, ClosedBlock, Marker, NewMessage, StoredBlock, StoredMessage,
                       ThreadInfo, check_thread_id)
-from .rows import chunks, history_blob, marks, now_iso, offset, stamp
+from .rows import INSERT, chunks, history_blob, marks, now_iso, offset, stamp
 
 _MARKER = "uid, generation, version, n_messages, n_tokens, n_vectors"
 
@@ -155,12 +155,25 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
             return row[0] if row else None
 
     # -- writes --------------------------------------------------------------------------
+    def pii(self, thread_id: str) -> str | None:
+        """The masking rules the thread's messages were written with (comma-separated)."""
+        with self._read() as cur:
+            cur.execute(self._sql("SELECT pii FROM threads WHERE thread_id = ?"), (check_thread_id(thread_id),))
+            row = cur.fetchone()
+            return row[0] if row else None
+
     def append(self, thread_id: str, messages: Sequence[NewMessage], embedder: str | None,
-               segment: Segment | None = None) -> AppendResult:
+               segment: Segment | None = None, *, manifest: dict[str, Any] | None = None,
+               pii: str | None = None) -> AppendResult:
         """Insert messages (skipping source keys already stored), then let `segment` close
-        blocks in the open tail, all in one transaction."""
+        blocks in the open tail, all in one transaction; with the thread's manifest and the
+        masking rules the messages were prepared with. Raises StaleRules when another writer
+        gave the thread rules these messages were not masked with."""
         check_thread_id(thread_id)
         with self._write(thread_id) as cur:
+            self._record_rules(cur, thread_id, pii)
+            if manifest is not None:
+                self._put_manifest(cur, thread_id, manifest)
             before = self._marker(cur, thread_id)
             cur.execute(self._sql("SELECT MAX(sort_ts) FROM messages WHERE thread_id = ?"), (thread_id,))
             latest = cur.fetchone()[0] or 0.0
@@ -173,10 +186,10 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
                              json.dumps(list(m.tool_calls), ensure_ascii=False) if m.tool_calls else None,
                              m.tool_call_id, m.source_key, "\x1f".join(m.terms), embedder if m.vector is not None else None,
                              np.asarray(m.vector, dtype=np.float32).tobytes() if m.vector is not None else None,
-                             int(m.tokens)))
+                             int(m.tokens), json.dumps(m.verbatim, ensure_ascii=False) if m.verbatim else None))
             row_ids = self._insert(cur, rows)
             stored = tuple(StoredMessage(i, thread_id, m.role, m.content, m.timestamp, key, m.name, m.tool_calls,
-                                         m.tool_call_id, m.terms, None, m.vector, m.tokens)
+                                         m.tool_call_id, m.terms, None, m.vector, m.tokens, m.verbatim)
                            for i, m, key in zip(row_ids, messages, sort_keys) if i is not None)
             closed, history = [], None
             if stored:
@@ -186,11 +199,23 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
             after = self._marker(cur, thread_id)
         return AppendResult(tuple(m.id for m in stored), tuple(closed), before, after, stored, history)
 
+    def _record_rules(self, cur, thread_id: str, pii: str | None) -> None:
+        cur.execute(self._sql("SELECT pii FROM threads WHERE thread_id = ?"), (thread_id,))
+        stored = set((cur.fetchone()[0] or "").split(",")) - {""}
+        used = set(pii.split(",")) if pii else set()
+        if stored - used:
+            raise StaleRules(",".join(sorted(stored)))
+        if used - stored:
+            cur.execute(self._sql("UPDATE threads SET pii = ? WHERE thread_id = ?"), (pii, thread_id))
+
+    def _put_manifest(self, cur, thread_id: str, payload: dict[str, Any]) -> None:
+        cur.execute(self._sql("INSERT INTO manifests (thread_id, payload) VALUES (?, ?) "
+                              "ON CONFLICT (thread_id) DO UPDATE SET payload = excluded.payload"),
+                    (thread_id, json.dumps(payload, ensure_ascii=False)))
+
     def _insert(self, cur, rows: list[tuple]) -> list[int | None]:
         """The id of each row, None for a row whose source key was stored already."""
-        sql = self._sql("INSERT INTO messages (thread_id, ts, tz, sort_ts, role, name, content, tool_calls, tool_call_id, "
-                        "source_key, terms, embedder, vector, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                        "ON CONFLICT DO NOTHING RETURNING id")
+        sql = self._sql(INSERT)
         ids: list[int | None] = []
         for row in rows:
             cur.execute(sql, row)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -10,6 +11,9 @@ from pathlib import Path
 
 from ..errors import BackendError
 from .sql import SQLStore
+
+log = logging.getLogger(__name__)
+SCRUB_WAIT_MS = 2000
 
 
 class SQLiteStore(SQLStore):
@@ -37,6 +41,9 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint, never corrupt
             conn.execute("PRAGMA foreign_keys=ON")
+            # SQLite's own default leaves deleted text in free pages (Debian's build overwrites
+            # it): forgetting must not depend on how the library was compiled.
+            conn.execute("PRAGMA secure_delete=ON")
             # a million-message file is GBs: keep hot index pages in memory between requests
             conn.execute("PRAGMA cache_size=-32000")
             conn.execute("PRAGMA mmap_size=268435456")
@@ -94,6 +101,30 @@ class SQLiteStore(SQLStore):
         cur.execute("SELECT block_no, bm25(block_terms) AS r FROM block_terms WHERE block_terms MATCH ? "
                     "AND thread_id = ? ORDER BY r LIMIT ?", (query, thread_id, k))
         return [(int(no), -float(score)) for no, score in cur.fetchall()]
+
+    def scrub(self) -> None:
+        """Copy the write-ahead log into the file and truncate it: the log still holds the
+        pages as they were before the delete. Readers in other processes can hold the log
+        open; then it is emptied at the next checkpoint and this says so."""
+        conn = self._conn()
+        try:
+            # a forget waits a moment for readers, not the minute a writer would
+            conn.execute(f"PRAGMA busy_timeout={SCRUB_WAIT_MS}")
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error as exc:
+            raise BackendError(f"store {self.path}: {exc}") from exc
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+        if busy:
+            log.warning("%s: another process is reading; forgotten pages leave the write-ahead log at "
+                        "its next checkpoint", self.path)
+
+    def vacuum(self) -> None:
+        try:
+            self._conn().execute("VACUUM")
+        except sqlite3.Error as exc:
+            raise BackendError(f"store {self.path}: {exc}") from exc
+        self.scrub()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -37,7 +37,17 @@ def thread_id_for(conversation_id: str) -> str:
 
 
 def _text(activity: Any) -> str:
-    return (activity.text or "").strip()
+    """The message's text, and a line for each attachment (a picture or a file sent without
+    words is still a turn of the conversation). Attachment URLs need the bot's token to fetch,
+    so a model could not read them: they are named, not linked."""
+    lines = [(activity.text or "").strip()]
+    for att in getattr(activity, "attachments", None) or ():
+        kind = getattr(att, "content_type", None) or "file"
+        if kind.startswith("text/html") and lines[0]:
+            continue  # Teams repeats the text as HTML
+        name = getattr(att, "name", None)
+        lines.append(f"[attachment {kind}: {name}]" if name else f"[attachment {kind}]")
+    return "\n".join(line for line in lines if line)
 
 
 class ThreadMemory:
@@ -86,7 +96,7 @@ class ThreadMemory:
 
     async def _store(self, thread: str, message: dict[str, Any]) -> None:
         if not message["content"]:
-            log.info("%s: message %s has no text (an attachment?); not stored", thread, message["id"])
+            log.info("%s: message %s is empty (no text, no attachment); not stored", thread, message["id"])
             return
         try:
             await asyncio.to_thread(self.history.add_many, thread, [message])

@@ -20,7 +20,8 @@ log = logging.getLogger("semhist")
 
 
 def load_thread(path: str, thread_id: str | None, settings: Settings):
-    result = load(path, timezone_name=settings.timezone, lenient=settings.lenient)
+    result = load(path, timezone_name=settings.timezone, lenient=settings.lenient,
+                  max_chars=settings.max_message_chars)
     for problem in result.problems:
         log.warning("skipped %s", problem)
     return result.only(thread_id)
@@ -32,11 +33,33 @@ def _budget(args: argparse.Namespace) -> Budget | None:
 
 def _target(args: argparse.Namespace) -> tuple[str | None, str]:
     """(history file or None for a stored thread, the request)."""
-    if args.request is None:  # semhist ask --thread ID "request": a stored thread
-        if not args.thread:
-            raise InputError("give a history file and a request, or --thread ID and a request for a stored thread")
-        return None, args.file
-    return args.file, args.request
+    path, request = args.file, args.request
+    if args.request_file is not None:  # then every positional is the file, or none is
+        if args.request is not None:
+            raise InputError("give the request as an argument or with --request-file, not both")
+        request = read_request(args.request_file)
+    elif args.request is None:  # semhist ask --thread ID "request": a stored thread
+        path, request = None, args.file
+    if path is None and not args.thread:
+        raise InputError("give a history file and a request, or --thread ID and a request for a stored thread")
+    if request is None:
+        raise InputError("give the request (as an argument, '-' for standard input, or --request-file PATH)")
+    return path, read_request("-") if request == "-" else request
+
+
+def read_request(source: str, what: str = "request") -> str:
+    """A request (or a message) from a file, or from standard input for '-': texts too long
+    for the command line."""
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} from {source}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        where = "standard input" if source == "-" else source
+        raise InputError(f"the {what} on {where} is not valid UTF-8 (byte {exc.start}: {exc.reason})",
+                         field=what) from None
 
 
 def _results(args: argparse.Namespace, settings: Settings, strategies: list[str]):
@@ -98,7 +121,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from ..engine import Engine
     from ..evaluate import evaluate
 
-    loaded = load(args.dataset, timezone_name=settings.timezone, lenient=settings.lenient)
+    loaded = load(args.dataset, timezone_name=settings.timezone, lenient=settings.lenient,
+                  max_chars=settings.max_message_chars)
     for problem in loaded.problems:
         log.warning("skipped %s", problem)
     threads = loaded.threads[: args.limit] if args.limit else loaded.threads

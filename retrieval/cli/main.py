@@ -63,9 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "ask", files.cmd_ask, ASKING,
                  help="build the prompt for one request over a history file or a stored thread",
                  usage="semhist ask FILE REQUEST [options] | semhist ask --thread ID REQUEST [options]")
-    p.add_argument("file", metavar="FILE", help="history: JSON list, {\"messages\": [...]}, JSON Lines, or "
-                                               "benchmark threads (omit it to ask a stored thread)")
-    p.add_argument("request", nargs="?", help="the user's new request")
+    p.add_argument("file", metavar="FILE", nargs="?", help="history: JSON list, {\"messages\": [...]}, JSON Lines, "
+                                                          "or benchmark threads (omit it to ask a stored thread)")
+    p.add_argument("request", nargs="?", help="the user's new request ('-': read it from standard input)")
+    p.add_argument("--request-file", metavar="PATH", help="read the request from a file ('-': standard input)")
     p.add_argument("--strategy", default="blocks", choices=strategies)
     p.add_argument("--budget", help="hard prompt budget: tokens (2000) or share of the full history (10%%)")
     p.add_argument("--thread", help=thread_help)
@@ -75,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "compare", files.cmd_compare, ASKING, help="one request under every strategy, side by side",
                  usage="semhist compare FILE REQUEST [options] | semhist compare --thread ID REQUEST [options]")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("request", nargs="?")
+    p.add_argument("file", metavar="FILE", nargs="?")
+    p.add_argument("request", nargs="?", help="'-': read it from standard input")
+    p.add_argument("--request-file", metavar="PATH", help="read the request from a file ('-': standard input)")
     p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: all")
     p.add_argument("--budget")
     p.add_argument("--thread", help=thread_help)
@@ -102,9 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source-thread", help="which thread of the file, when it holds several")
     p.add_argument("--quiet", action="store_true")
 
-    p = _command(sub, "add", stored.cmd_add, (EMBED, SEGMENT, STORE, WRITE, CACHE),
+    p = _command(sub, "add", stored.cmd_add, (EMBED, SEGMENT, INPUT, STORE, WRITE, CACHE),
                  help="append one message to a stored thread")
-    p.add_argument("text")
+    p.add_argument("text", help="the message ('-': read it from standard input)")
     p.add_argument("--thread", required=True)
     p.add_argument("--role", default="user", choices=["user", "assistant", "system"])
     p.add_argument("--name")
@@ -121,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message", type=int, action="append", help="a message id (repeat)")
     p.add_argument("--before", help="forget every message older than this ISO date")
     p.add_argument("--expired", action="store_true", help="apply every thread's retention period")
+    p.add_argument("--vacuum", action="store_true", help="then rewrite the store's files without the deleted "
+                                                         "rows (SQLite VACUUM; PostgreSQL VACUUM FULL, which "
+                                                         "locks the tables while it runs)")
 
     p = _command(sub, "reindex", stored.cmd_reindex, (EMBED, SEGMENT, STORE, WRITE, CACHE),
                  help="embed and segment stored threads again with the current settings")

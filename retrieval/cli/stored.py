@@ -13,7 +13,7 @@ from indexers.settings import Settings
 from indexers.store import check_thread_id
 
 from .. import render
-from .files import load_thread
+from .files import load_thread, read_request
 
 
 def _history(settings: Settings):
@@ -54,7 +54,8 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
     history = _history(settings)
     try:
         stamp = _date(args.time, settings) if args.time else None
-        mid = history.add(args.thread, args.role, args.text, name=args.name, timestamp=stamp, key=args.key)
+        text = read_request(args.text, what="message") if args.text == "-" else args.text
+        mid = history.add(args.thread, args.role, text, name=args.name, timestamp=stamp, key=args.key)
         print(f"{args.thread}: message {mid} stored")
     finally:
         history.close()
@@ -81,7 +82,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     if args.expired:
         for thread_id, n in history.forget_expired().items():
             print(f"{thread_id}: {n} expired messages forgotten")
-        return 0
+        return _after_forget(args, history)
     if not args.thread:
         raise InputError("name the thread: semhist forget --thread ID [--message N ...] [--before DATE], or --expired")
     if not history.store.has_thread(args.thread):
@@ -92,6 +93,16 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             f"{n} message(s)" + (f" before {before.isoformat()}" if before else ""))
     print(f"{args.thread}: forgot {what} ({n} messages, their vectors, cached embeddings, index files, "
           "summaries, statements and log entries)")
+    return _after_forget(args, history)
+
+
+def _after_forget(args: argparse.Namespace, history) -> int:
+    if args.vacuum:
+        history.store.vacuum()
+        print("store vacuumed: the space the forgotten rows held is rewritten")
+    elif history.store.dialect == "postgresql":
+        print("PostgreSQL keeps the deleted rows' bytes in its table pages (and its write-ahead log) until "
+              "they are rewritten: semhist forget --vacuum runs VACUUM FULL (it locks semhist's tables while it runs)")
     return 0
 
 

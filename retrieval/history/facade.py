@@ -24,9 +24,8 @@ from indexers.index import manifest as manifests
 from indexers.index.thread_index import ThreadIndex
 from indexers.index.vectors import ThreadVectors
 from indexers.ingest import IngestResult, Ingestor, cutoff, source_key
-from indexers.loader import build_thread, resolve_zone
+from indexers.loader import build_thread, check_request, resolve_zone
 from indexers.model import Thread
-from indexers.pii import masker_from_setting
 from indexers.segment import get_segmenter
 from indexers.settings import Budget, Settings
 from indexers.store import Marker, SQLStore, StoredMessage, check_thread_id, open_store
@@ -78,7 +77,7 @@ class History(Maintenance):
         # The store keeps every vector of a stored thread, so its writes skip the embedding
         # cache: forgetting then has one place to erase.
         embedder = self.embedder if self._cache_writes else get_embedder(s.embedder)
-        return Ingestor(self.store, embedder, self.segmenter, masker_from_setting(s.pii), s.batch_size)
+        return Ingestor(self.store, embedder, self.segmenter, s.pii, s.batch_size)
 
     @cached_property
     def asker(self) -> Asker:
@@ -137,37 +136,41 @@ class History(Maintenance):
             if not isinstance(m, Mapping):
                 raise InputError(f"message {i}: expected an object", index=i, field="message")
             key = m.get("id")
-            if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY):
+            if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY
+                                    or not key.isprintable()):  # no NUL, no lone surrogate
                 raise InputError(f"message {i}, field 'id': expected a non-empty string of at most {MAX_KEY} "
-                                 "characters", index=i, field="id")
-            if not m.get("tool_calls") and isinstance(m.get("content"), str) and not m["content"].strip():
-                raise InputError(f"message {i}, field 'content': the message text is empty", index=i, field="content")
+                                 "printable characters", index=i, field="id")
             keys.append(key)
             raw.append({**{k: v for k, v in m.items() if k != "id" and v is not None},
                         "timestamp": m.get("timestamp") if m.get("timestamp") is not None else now})
-        thread, _ = build_thread(thread_id, raw, zone=resolve_zone(self.settings.timezone), lenient=False, hint="")
+        thread, _ = build_thread(thread_id, raw, zone=resolve_zone(self.settings.timezone), lenient=False, hint="",
+                                 max_chars=self.settings.max_message_chars)
         return self._write(thread_id, thread.messages, keys)
 
     def _write(self, thread_id: str, messages, keys, progress=None) -> IngestResult:
         check_thread_id(thread_id)
         entry = self.states.entry(thread_id)
-        self._verify(entry, create=True)
-        result = self.ingestor.append(thread_id, messages, keys, progress)
+        manifest = self._verify(entry, create=True)
+        result = self.ingestor.append(thread_id, messages, keys, progress, manifest=manifest)
+        if manifest is not None and not result.added:  # all stored before: the thread exists, ours is newer
+            self.store.put_manifest(thread_id, manifest)
+        entry.verified = True
         for write in result.writes:
             self.states.after_write(thread_id, write)
         self._retention(entry)
         return result
 
-    def _verify(self, entry: Entry, create: bool = False) -> None:
-        """Refuse a thread stored with another embedder or segmentation; a write to a new
-        thread (or one with an older manifest) records ours."""
+    def _verify(self, entry: Entry, create: bool = False) -> dict[str, Any] | None:
+        """Refuse a thread stored with another embedder or segmentation. For a write, the
+        manifest to record with it: ours, for a new thread or one with an older manifest."""
         if entry.verified:
-            return
+            return None
         stored = self.store.manifest(entry.thread_id)
         manifests.check(stored, self.wanted_manifest, entry.thread_id, self.settings)
+        entry.verified = stored is not None
         if create and not manifests.complete(stored, self.wanted_manifest):
-            self.store.put_manifest(entry.thread_id, {**self.wanted_manifest, **(stored or {})})
-        entry.verified = stored is not None or create
+            return {**self.wanted_manifest, **(stored or {})}
+        return None
 
     def _retention(self, entry: Entry) -> None:
         # Retention is counted in days: checking it once a minute per thread is exact enough
@@ -242,9 +245,10 @@ class History(Maintenance):
         strategy that needs an LLM when none is configured is left out (the caller says so),
         or refused when `strict`. `system_prompt` replaces the configured one for this request."""
         start = time.perf_counter()
-        if not request.strip():
-            raise InputError("the request is empty")
+        check_request(request, self.settings.max_message_chars)
         asker, memory_ = self.asker, self.memory
+        if system_prompt:
+            check_request(system_prompt, self.settings.max_message_chars, what="system prompt")
         if system_prompt is not None:  # counted in the budget like the configured one
             settings = replace(self.settings, system_prompt=system_prompt or None)
             asker, memory_ = Asker(settings, self.embedder, self.llm), Memory(self.store, self.llm, settings)
@@ -280,7 +284,7 @@ class History(Maintenance):
             if log_turn:
                 timings = {"view_ms": round((viewed - began) * 1000, 2),
                            "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
-                self.store.log_turn(thread_id, turn_record(result, index, self.ingestor.masker, timings))
+                self.store.log_turn(thread_id, turn_record(result, index, self.ingestor.masker(thread_id), timings))
             out.append(result)
         return out
 
@@ -315,3 +319,4 @@ class History(Maintenance):
             self.states.save_all()
         if "store" in self.__dict__ and self._store is None:
             self.store.close()
+

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from indexers.embed import PASSAGE, cache_key
-from indexers.errors import NotFoundError
+from indexers.embed import PASSAGE, EmbeddingCache, cache_key
+from indexers.errors import BackendError, NotFoundError
 from indexers.index import manifest as manifests
 from indexers.ingest import cutoff
 from indexers.model import embedding_text
 from indexers.store import StoredMessage, check_thread_id
 
 from indexers.index.thread_index import as_message
+
+
+log = logging.getLogger(__name__)
 
 
 class Maintenance:
@@ -34,11 +38,23 @@ class Maintenance:
         return len(gone)
 
     def _purge(self: Any, thread_id: str, gone: list[StoredMessage]) -> None:
-        cache = self.embedder.cache
-        cache.delete_many([cache_key(self.embedder.id, PASSAGE, embedding_text(as_message(m))) for m in gone])
         entry = self.states.discard(thread_id)
         vectors = entry.vectors if entry is not None and entry.vectors is not None else self._thread_vectors(thread_id)
         vectors.drop()
+        keys = [cache_key(self.embedder.id, PASSAGE, embedding_text(as_message(m))) for m in gone]
+        self.embedder.cache.delete_many(keys)
+        # `semhist ask FILE` caches message vectors on disk; the same texts stored as a thread
+        # and forgotten must not stay there
+        disk = self.settings.cache_dir / "embeddings.sqlite3"
+        if keys and disk.exists() and self.embedder.cache.path != disk:
+            try:
+                cache = EmbeddingCache(disk)
+                try:
+                    cache.delete_many(keys)
+                finally:
+                    cache.close()
+            except BackendError as exc:  # the store has forgotten: say what is left, do not undo that
+                log.warning("%s: forgotten, but their cached vectors in %s remain: %s", thread_id, disk, exc)
 
     def set_retention(self: Any, thread_id: str, days: float | None) -> int:
         """Keep the thread's messages `days` days (None: forever); applies it now and on

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 
 from indexers.errors import BackendError
+from indexers.model import head_and_tail
 from indexers.store import Key, NoteRecord, SQLStore, StoredMessage, SummaryRecord
 from indexers.store.rows import now_iso
 from indexers.tokens import count_text
@@ -51,6 +52,11 @@ NOTES_SCHEMA = {
 }
 _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
 PAGE = 256  # messages read from the store at a time
+
+
+# A pasted document would fill the summarizer's context and, quoted whole, every prompt after it.
+LINE_CHARS = 4_000
+QUOTE_CHARS = 1_000
 
 
 def only_questions(text: str) -> bool:
@@ -99,7 +105,7 @@ class Compactor:
 
     def _summarize(self, thread_id: str, current: SummaryRecord | None, chunk: list[StoredMessage],
                    result: MemoryResult, max_tokens: int) -> SummaryRecord:
-        lines = "\n".join(message_line(m) for m in chunk if m.role != "system")
+        lines = "\n".join(head_and_tail(message_line(m), LINE_CHARS) for m in chunk if m.role != "system")
         prompt = (f"Summary so far:\n{current.text if current else '(none yet)'}\n\nNew turns:\n{lines}\n\n"
                   f"Write the updated summary in at most {max(20, max_tokens * 2 // 3)} words.")
         began = time.perf_counter()
@@ -139,10 +145,11 @@ class Compactor:
     def _extract(self, thread_id: str, m: StoredMessage, result: MemoryResult) -> None:
         known = self.store.notes(thread_id)[-10:]
         reply = self._call(result, [{"role": "system", "content": NOTES_PROMPT},
-                                    {"role": "user", "content": _notes_request(m.content, known)}],
+                                    {"role": "user", "content": _notes_request(head_and_tail(m.content, LINE_CHARS),
+                                                                               known)}],
                            json_schema=NOTES_SCHEMA, max_tokens=120)
         note = parse_note(reply, {n.id for n in known})
-        row = (m.id, m.sort_ts, note[0], note[1], m.content, note[2]) if note else None
+        row = (m.id, m.sort_ts, note[0], note[1], head_and_tail(m.content, QUOTE_CHARS), note[2]) if note else None
         self.store.record_extraction(thread_id, m.key, row, self.llm.model, result.call_ms[-1])
         result.extracted += 1
 
@@ -168,7 +175,7 @@ def _chunks(messages: Sequence[StoredMessage], limit: int) -> list[list[StoredMe
     chunks: list[list[StoredMessage]] = []
     size = limit + 1
     for m in messages:
-        cost = count_text(message_line(m)) + 1 if m.role != "system" else 0
+        cost = count_text(head_and_tail(message_line(m), LINE_CHARS)) + 1 if m.role != "system" else 0
         if size + cost > limit and (not chunks or chunks[-1]):
             chunks.append([])
             size = 0

@@ -10,8 +10,9 @@ from datetime import datetime
 import numpy as np
 
 from indexers.embed import Embedder
-from indexers.errors import ConfigError, InputError
+from indexers.errors import ConfigError
 from indexers.index.thread_index import ThreadIndex
+from indexers.loader import check_request
 from indexers.model import Thread
 from indexers.settings import Budget, Settings
 
@@ -77,8 +78,7 @@ class Asker:
             memory: MemoryResult | None = None) -> AskResult:
         """Build the prompt for `request` with one strategy."""
         s = self.settings
-        if not request.strip():
-            raise InputError("the request is empty")
+        check_request(request, s.max_message_chars)
         strat = get_strategy(strategy)
         full = self.full_tokens(index, request)
         limit = self.limit(index, request, strategy, budget)

@@ -90,30 +90,88 @@ def system_messages(thread: Thread, system_prompt: str | None) -> list[dict[str,
 
 def build_messages(thread: Thread, selection: Selection, request: str, *,
                    system_prompt: str | None = None, context_role: str = "system",
-                   alternate: bool = False) -> list[dict[str, Any]]:
+                   alternate: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """The prompt's messages, and notes on what the chat-completions rules made us leave out."""
     out = system_messages(thread, system_prompt)
     memory = render_memory(selection)
     if memory:
         out.append({"role": context_role, "content": memory})
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
-    turns = [thread.messages[p].to_openai() for p in selection.history_ids]
+    turns, notes = pair_tool_messages([thread.messages[p].to_openai() for p in selection.history_ids])
     # A bot that stores the user's message before it asks has the request as its last turn already.
-    if not (turns and turns[-1]["role"] == "user" and turns[-1].get("content") == request):
+    if not (turns and turns[-1]["role"] == "user" and _text_of(turns[-1].get("content")) == request):
         turns.append({"role": "user", "content": request})
     out.extend(merge_same_role(turns) if alternate else turns)
-    return out
+    return out, notes
+
+
+def pair_tool_messages(turns: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Keep tool calls and their results in the pairs the chat-completions API insists on: a
+    `tool` message must answer a call of the assistant message just before it (other results
+    between), and every call of an assistant message must be answered. The window or the
+    budget can cut a pair in two; the half left alone is dropped (a call's text stays)."""
+    out: list[dict[str, Any]] = []
+    calls_dropped = results_dropped = 0
+    i = 0
+    while i < len(turns):
+        m = turns[i]
+        if m["role"] == "tool":  # no assistant call right before it
+            results_dropped += 1
+            i += 1
+            continue
+        if m["role"] != "assistant" or not m.get("tool_calls"):
+            out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(turns) and turns[j]["role"] == "tool":
+            j += 1
+        results = turns[i + 1:j]
+        answered = {r.get("tool_call_id") for r in results}
+        calls = [c for c in m["tool_calls"] if c.get("id") in answered]
+        ids = {c.get("id") for c in calls}
+        kept = [r for r in results if r.get("tool_call_id") in ids]
+        calls_dropped += len(m["tool_calls"]) - len(calls)
+        results_dropped += len(results) - len(kept)
+        if calls:
+            out.append({**m, "tool_calls": calls})
+            out.extend(kept)
+        elif m.get("content"):
+            out.append({k: v for k, v in m.items() if k != "tool_calls"})
+        i = j
+    notes = []
+    if results_dropped:
+        notes.append(f"left out {results_dropped} tool result(s) whose call is not in the prompt")
+    if calls_dropped:
+        notes.append(f"left out {calls_dropped} tool call(s) whose result is not in the prompt")
+    return out, notes
+
+
+def _text_of(content: Any) -> str | None:
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return content
+
+
+def _as_parts(content: Any) -> list[dict[str, Any]]:
+    return list(content) if isinstance(content, list) else [{"type": "text", "text": content or ""}]
 
 
 def merge_same_role(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For APIs that require user/assistant to alternate: consecutive plain messages of one
-    role become one message (tool calls and results are never merged)."""
+    role become one message (tool calls and results are never merged); text is joined, and
+    content parts are concatenated when either side has them."""
     out: list[dict[str, Any]] = []
     for m in turns:
         plain = set(m) <= {"role", "content", "name"} and m["role"] in ("user", "assistant")
         prev = out[-1] if out else None
         if plain and prev is not None and prev["role"] == m["role"] and set(prev) <= {"role", "content", "name"}:
-            out[-1] = {"role": m["role"], "content": f"{prev['content']}\n\n{m['content']}"}
+            if isinstance(prev["content"], str) and isinstance(m["content"], str):
+                content: Any = f"{prev['content']}\n\n{m['content']}"
+            else:
+                content = _as_parts(prev["content"]) + _as_parts(m["content"])
+            out[-1] = {"role": m["role"], "content": content}
         else:
             out.append(dict(m))
     return out
@@ -181,7 +239,8 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
         notes.append(f"over budget: the system prompt and request alone take {fixed} tokens")
     kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history), summary=summary,
                    notes=tuple(notes_kept), quoted=tuple(quoted))
-    messages = build_messages(thread, kept, request, system_prompt=system_prompt, context_role=context_role,
-                              alternate=alternate)
-    tokens = fixed + mem + ctx + hist if not alternate else count_messages(messages)
+    messages, paired = build_messages(thread, kept, request, system_prompt=system_prompt,
+                                      context_role=context_role, alternate=alternate)
+    notes += paired
+    tokens = fixed + mem + ctx + hist if not (alternate or paired) else count_messages(messages)
     return Prompt(tuple(messages), tokens, kept, tuple(notes))

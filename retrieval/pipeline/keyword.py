@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from indexers.errors import BackendError
 from indexers.lexical import EN_STOP, JA_META, _janome, is_japanese, tokenize
+from indexers.model import head_and_tail
 
 from ..llm import LLMClient
 from .timerange import TimeRange, parse_time_range
@@ -159,6 +160,16 @@ def _llm_time(data: dict, anchor: datetime | None) -> TimeRange | None:
     return TimeRange(start, end, "(from the LLM)")
 
 
+# A long request is a pasted document with a question before or after it; analysing all of
+# it took janome 48 s per MB of Japanese and would overflow the LLM's context.
+ANALYSED_CHARS = 4_000
+
+
+def analysed_part(request: str) -> str:
+    """What request analysis reads: the request, or the head and tail of a long one."""
+    return head_and_tail(request, ANALYSED_CHARS)
+
+
 def extract_keywords(request: str, llm: LLMClient | None, mode: str = "auto",
                      anchor: datetime | None = None) -> KeywordResult:
     """What to search for `request`; `mode` is auto (LLM when configured), llm, or local.
@@ -166,6 +177,7 @@ def extract_keywords(request: str, llm: LLMClient | None, mode: str = "auto",
     `anchor` is the time of the thread's last message, for relative dates.
     """
     start = time.perf_counter()
+    request = analysed_part(request)
     local = local_plan(request, anchor)
     if mode == "local" or llm is None:
         reason = "asked for the local extractor" if mode == "local" else "no LLM is configured"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from indexers.model import Message, Thread
+from indexers.model import Message, Thread, message_text
 from indexers.store import NoteRecord, StoredMessage, SummaryRecord
 from indexers.tokens import count_text
 
@@ -23,7 +23,7 @@ def message_line(msg: Message | StoredMessage) -> str:
     """How one old message reads inside the context message or a summarizer's input. It is
     named by its author when known (that tells user from assistant in a chat between people,
     and costs fewer tokens than role plus name), else by its role."""
-    return f"{msg.name or msg.role}: {msg.content}"
+    return f"{msg.name or msg.role}: {message_text(msg)}"
 
 
 def context_line(thread: Thread, pos: int) -> str:

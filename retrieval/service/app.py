@@ -23,6 +23,7 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from indexers.errors import BackendError, ConfigError, InputError, NotFoundError
+from indexers.loader import content_size
 from indexers.settings import Budget, Settings
 
 from .. import render
@@ -119,8 +120,8 @@ def _threads_api(settings: Settings) -> APIRouter:
         if len(body.messages) > settings.max_batch:
             raise TooLarge(f"{len(body.messages)} messages in one request; at most {settings.max_batch}")
         for i, m in enumerate(body.messages):
-            if _chars(m.content) > settings.max_message_chars:
-                raise TooLarge(f"messages[{i}].content: {_chars(m.content)} characters; at most "
+            if content_size(m.content) > settings.max_message_chars:
+                raise TooLarge(f"messages[{i}].content: {content_size(m.content)} characters; at most "
                                f"{settings.max_message_chars}", index=i, field="content")
         result = _history(request).add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages])
         _freeze_loaded(request)
@@ -243,12 +244,6 @@ def _int_id(text: str) -> int:
     if value >= 2**63:
         raise NotFoundError(f"no message {text}")
     return value
-
-
-def _chars(content: str | list[dict[str, Any]] | None) -> int:
-    if isinstance(content, list):
-        return sum(len(str(p.get("text", ""))) for p in content)
-    return len(content or "")
 
 
 def _version() -> str:

@@ -19,13 +19,16 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    role: str = Field(description="system, developer, user, assistant or tool (the legacy function role is "
+                                  "refused with the fix named)")
+    content: str | list[dict[str, Any]] | None = Field(default=None, description="text, or content parts "
+                                                       "(kept as sent; text parts are searched)")
     name: str | None = None
     id: str | None = Field(default=None, min_length=1, max_length=MAX_KEY)
     timestamp: str | float | None = Field(default=None, description="ISO 8601 or epoch seconds; default: now")
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    function_call: dict[str, Any] | None = Field(default=None, description="legacy: refused, use tool_calls")
 
 
 class AddMessages(BaseModel):
