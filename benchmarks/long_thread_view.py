@@ -104,7 +104,9 @@ def _shifts(threads, name: str) -> list:
 
 def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
     from indexers.loader import load
-    from indexers.model import Message, Thread
+    from dataclasses import replace
+
+    from indexers.model import Thread
 
     threads = load(dataset).threads[:limit] if limit else load(dataset).threads
     out = {}
@@ -124,8 +126,7 @@ def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
         shift = _shifts(threads, dataset.name)
         order = sorted(((m.timestamp + shift[k], k, i) for k, t in enumerate(threads)
                         for i, m in enumerate(t.messages)))
-        joined = Thread("joined", tuple(Message(n, threads[k].messages[i].role, threads[k].messages[i].content,
-                                                when, threads[k].messages[i].name)
+        joined = Thread("joined", tuple(replace(threads[k].messages[i], index=n, timestamp=when)
                                         for n, (when, k, i) in enumerate(order)))
         history.ingest("joined", joined)
         stored = [m.id for m in history.store.messages("joined")]

@@ -57,7 +57,9 @@ def corpus(n: int, cache_dir: Path):
     """n messages (repeated LoCoMo) with noisy real vectors, and LoCoMo's questions."""
     from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
     from indexers.loader import load
-    from indexers.model import Message, embedding_text
+    from dataclasses import replace
+
+    from indexers.model import embedding_text
 
     threads = load(DATA).threads
     base = [m for t in threads for m in t.messages if m.role != "system"]
@@ -76,7 +78,7 @@ def corpus(n: int, cache_dir: Path):
     for i in range(n):
         copy, k = divmod(i, len(base))
         src = base[k]
-        messages.append(Message(i, src.role, src.content, start + copy * span + offsets[k], src.name))
+        messages.append(replace(src, index=i, timestamp=start + copy * span + offsets[k]))
     for lo in range(0, n, 100_000):
         hi = min(n, lo + 100_000)
         rows = base_vectors[np.arange(lo, hi) % len(base)]

@@ -50,7 +50,9 @@ BUDGET = 2000
 
 def prefill(url: str, data_dir: Path, cache_dir: Path, bots: int, low: int, high: int, seed: int = 0) -> list[int]:
     """Store `bots` threads (bot-0 ...) unless the store holds them already; their sizes."""
-    from indexers.model import Message, Thread
+    from dataclasses import replace
+
+    from indexers.model import Thread
     from indexers.settings import Settings
     from retrieval import History
 
@@ -76,7 +78,7 @@ def prefill(url: str, data_dir: Path, cache_dir: Path, bots: int, low: int, high
             start = i * 37  # each thread its own stretch of the corpus, ending an hour ago (the turns come after)
             part = messages[start:start + n]
             shift = end - part[-1].timestamp
-            msgs = [Message(k, m.role, m.content, m.timestamp + shift, m.name) for k, m in enumerate(part)]
+            msgs = [replace(m, index=k, timestamp=m.timestamp + shift) for k, m in enumerate(part)]
             history.ingestor.embedder = ReadyVectors(vectors[start:start + n], real.dim, history.embedder.id)
             history.ingest(f"bot-{i}", Thread(f"bot-{i}", tuple(msgs)))
             print(f"  pre-filled bot-{i}: {n} messages", file=sys.stderr, flush=True)

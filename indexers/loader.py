@@ -138,7 +138,7 @@ def _parse_json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise InputError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep") from None
+        raise InputError(f"{where}: JSON nested too deep to parse (semhist takes at most {MAX_DEPTH} levels)") from None
 
 
 def loads(text: str, *, source: str = "<input>", zone: tzinfo = timezone.utc,

@@ -294,6 +294,9 @@ def _mask_part(part: dict, masker: Masker) -> dict:
     inner = part.get(kind)
     if not isinstance(inner, dict):
         return part
-    fields = {k: masker(v) for k, v in inner.items() if k in ("filename", "url") and isinstance(v, str)
-              and not v.startswith("data:")}  # a data: URL is the file itself, not a name
-    return {**part, kind: {**inner, **fields}} if fields else part
+    url = inner.get("url")
+    if isinstance(url, str) and not url.startswith("data:") and masker(url) != url:
+        # a masked link fetches nothing and the API would refuse the prompt: say what was there
+        return {"type": "text", "text": f"[{kind.removesuffix('_url')}: its link held personal data]"}
+    name = inner.get("filename")
+    return {**part, kind: {**inner, "filename": masker(name)}} if isinstance(name, str) else part

@@ -17,6 +17,12 @@ from .errors import InputError
 from .model import MAX_MESSAGE_CHARS, ROLE_ALIASES, ROLES, Message
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as an error message quotes it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class BadField(ValueError):
     def __init__(self, field_name: str, reason: str):
         super().__init__(reason)
@@ -50,7 +56,7 @@ def parse_timestamp(value: Any, zone: tzinfo) -> datetime:
     if isinstance(value, (int, float)):
         return _from_epoch(value)
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected an ISO 8601 string or epoch seconds, got {value!r}")
+        raise ValueError(f"expected an ISO 8601 string or epoch seconds, got {shown(value)}")
     text = value.strip()
     try:
         if text.replace(".", "", 1).isdigit():
@@ -60,12 +66,12 @@ def parse_timestamp(value: Any, zone: tzinfo) -> datetime:
         try:
             parsed = dparser.parse(text)
         except (ValueError, OverflowError) as exc:
-            raise ValueError(f"cannot parse time {value!r}") from exc
+            raise ValueError(f"cannot parse time {shown(value)}") from exc
     parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)
     try:
         parsed.astimezone(timezone.utc)  # stored as UTC: 9999-12-31T23:59-01:00 is year 10000 there
     except (OverflowError, ValueError):
-        raise ValueError(f"time {value!r} is out of range (years 1-9999 in UTC)") from None
+        raise ValueError(f"time {shown(value)} is out of range (years 1-9999 in UTC)") from None
     return parsed
 
 
@@ -75,6 +81,10 @@ _MS_FROM, _MS_TO = 1e11, 1e14
 
 
 def _from_epoch(number: float) -> datetime:
+    try:
+        number = float(number)  # a JSON integer can be too big for a float
+    except OverflowError:
+        number = math.inf
     if not math.isfinite(number) or abs(number) >= _MS_TO:
         raise ValueError(f"epoch time {number!r} is out of range: send seconds or milliseconds since 1970 "
                          "(or an ISO 8601 string)")
@@ -115,13 +125,15 @@ def _content(raw: Any, role: str, tool_calls: Any) -> tuple[str, dict[str, Any] 
     """The message's text, and its content parts kept as given when some are not text."""
     content = raw.get("content")
     if isinstance(content, list):  # OpenAI content parts
+        if not content:
+            raise BadField("content", 'an empty list of content parts (send "" for a message without text)')
         parts = []
         for n, part in enumerate(content):
             kind = part.get("type") if isinstance(part, Mapping) else None
             if not isinstance(kind, str):
                 raise BadField(f"content[{n}]", "a content part must be an object with a 'type'")
             if kind not in PART_TYPES[role]:
-                raise BadField(f"content[{n}].type", f"a {raw.get('role')} message cannot carry a {kind!r} part "
+                raise BadField(f"content[{n}].type", f"a {shown(raw.get('role'))} message cannot carry a {shown(kind)} part "
                                                  f"(it can: {', '.join(PART_TYPES[role])})")
             if kind in ("text", "refusal") and not isinstance(part.get(kind), str):
                 raise BadField(f"content[{n}].{kind}", f"a {kind} part needs its '{kind}' string")
@@ -143,10 +155,10 @@ def _check_calls(tool_calls: list) -> int:
     returns their size."""
     for n, call in enumerate(tool_calls):
         fn = call.get("function")
-        if not isinstance(call.get("id"), str) or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) \
-                or not isinstance(fn.get("arguments", ""), str):
-            raise BadField(f"tool_calls[{n}]", 'a tool call needs "id" and "function": {"name": ..., "arguments": '
-                                           '"<JSON text>"} (arguments as a string)')
+        if not isinstance(call.get("id"), str) or call.get("type") != "function" or not isinstance(fn, Mapping) \
+                or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+            raise BadField(f"tool_calls[{n}]", 'a tool call needs "id", "type": "function" and "function": '
+                                               '{"name": ..., "arguments": "<JSON text>"} (arguments as a string)')
     text = json.dumps(tool_calls, ensure_ascii=False, default=str)
     _unicode(text, "tool_calls")
     return len(text)
@@ -198,7 +210,7 @@ def message(raw: Any, index: int, zone: tzinfo, max_chars: int = MAX_MESSAGE_CHA
     if isinstance(role, str) and role in ROLE_ALIASES:
         verbatim["role"], role = role, ROLE_ALIASES[role]
     if role not in ROLES:
-        raise BadField("role", f"unknown role {role!r} (valid: {', '.join((*ROLES, *ROLE_ALIASES))})")
+        raise BadField("role", f"unknown role {shown(role)} (valid: {', '.join((*ROLES, *ROLE_ALIASES))})")
     for field_name in ("tool_calls", "content"):
         if _too_deep(raw.get(field_name)):
             raise BadField(field_name, f"nested more than {MAX_DEPTH} levels deep")
@@ -216,6 +228,8 @@ def message(raw: Any, index: int, zone: tzinfo, max_chars: int = MAX_MESSAGE_CHA
     tool_call_id = raw.get("tool_call_id")
     if role == "tool" and not isinstance(tool_call_id, str):
         raise BadField("tool_call_id", "a tool message needs the id of the call it answers")
+    if role != "tool" and tool_call_id is not None:
+        raise BadField("tool_call_id", f"only a tool message answers a call; this is a {shown(raw.get('role'))} message")
     name = raw.get("name", raw.get("speaker"))
     if name is not None and not isinstance(name, str):
         raise BadField("name", f"expected a string, got {type(name).__name__}")

@@ -254,3 +254,26 @@ def test_alternation_merges_content_parts_too(cli, tmp_path):
     assert all(a != b for a, b in zip(roles, roles[1:]) if a in ("user", "assistant")), roles
     assert out["messages"][0]["content"] == [image, {"type": "text", "text": "this one"}]
 
+
+def test_commands_with_odd_arguments_answer_in_one_line(cli, tmp_path):
+    sample = Path(__file__).parent.parent / "data" / "samples" / "ramen.json"
+    rc, _, err = cli("compare", sample, "hello", "--strategy", "summary", "--strategy", "structured")
+    assert rc == 3 and "need an LLM" in err and len(err.strip().splitlines()) == 1
+    assert cli("ingest", sample, "--thread", "t", "--quiet")[0] == 0
+    rc, _, err = cli("forget", "--thread", "t", "--message", str(2**64))
+    assert rc == 2 and "below 2^63" in err
+    rc, _, err = cli("add", "--thread", "t\n", "hi")
+    assert rc == 2 and "invalid thread id" in err
+    rc, _, err = cli("ask", sample, "hello", "--system-prompt", "be \udcff nice")
+    assert rc == 3 and "system_prompt must be UTF-8 text" in err
+
+
+def test_duplicate_tool_ids_go_out_once(cli, tmp_path):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    out = _prompt(cli, tmp_path, [{"role": "user", "content": "go"},
+                                  {"role": "assistant", "content": None, "tool_calls": [call, call]},
+                                  {"role": "tool", "tool_call_id": "c1", "content": "one"},
+                                  {"role": "tool", "tool_call_id": "c1", "content": "one again"}])
+    sent = out["messages"]
+    assert sent[1]["tool_calls"] == [call] and [m["content"] for m in sent if m["role"] == "tool"] == ["one"]
+

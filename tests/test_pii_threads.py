@@ -73,3 +73,19 @@ def test_turning_masking_on_later_covers_the_thread_from_then_on(tmp_path):
         assert history.store.pii("t") == "email"
     finally:
         history.close()
+
+
+def test_a_masked_thread_sends_the_request_once_and_images_without_personal_links(tmp_path):
+    history = _history(tmp_path, "on")
+    try:
+        request = f"please write to {MAIL}"
+        history.add_many("t", [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": f"https://example.com/{MAIL}/card.png"}}]}])
+        history.add("t", "user", request)  # a bot stores the message, then asks with it
+        sent = history.ask("t", request).prompt.messages
+        assert [m["content"] for m in sent].count(request) == 1 and sent[-1]["content"] == request
+        assert not any(m["content"] == "please write to [EMAIL]" for m in sent)
+        assert {"role": "user", "content": [{"type": "text", "text": "[image: its link held personal data]"}]} in sent
+    finally:
+        history.close()
+

@@ -154,6 +154,8 @@ BAD = [  # (method, path, body or raw bytes, status, error type)
     ("post", "/v1/threads/ramen/context", {"request": "x", "budget": "ten"}, 422, "invalid_request"),
     ("post", "/v1/threads/ramen/context", b'{"request": "x", "system_prompt": "\\ud800"}', 422, "invalid_request"),
     ("post", "/v1/threads/ramen/context", b'{"request": "x\\u0000"}', 422, "invalid_request"),
+    ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": "x", "timestamp": True}]}, 422,
+     "invalid_request"),
     ("post", "/v1/threads/ramen/context", {"request": "x", "strategy": "magic"}, 422, "invalid_request"),
     ("post", "/v1/threads/ramen/context", {"request": "x", "strategy": "summary"}, 422, "not_supported"),
     ("post", "/v1/threads/t/messages", {"messages": [{"role": "user", "content": "x",

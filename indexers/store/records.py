@@ -19,7 +19,7 @@ Key = tuple[float, int]  # (sort_ts, id): a message's place in its thread
 
 
 def check_thread_id(thread_id: str) -> str:
-    if not isinstance(thread_id, str) or not THREAD_ID.match(thread_id) or ".." in thread_id:
+    if not isinstance(thread_id, str) or not THREAD_ID.fullmatch(thread_id) or ".." in thread_id:
         raise InputError(f"invalid thread id {thread_id!r}: use 1-256 characters from A-Z a-z 0-9 _ . : ; @ = + -, "
                          "starting with a letter, digit or _, and no '..'")
     return thread_id

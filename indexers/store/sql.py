@@ -294,6 +294,8 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
 
     def id_of(self, thread_id: str, source_key: str | None) -> int:
         """The id of the message stored with this source key."""
+        if not isinstance(source_key, str) or not source_key.isprintable():  # never stored: no NUL, no surrogate
+            raise NotFoundError(f"thread {thread_id} holds no message with key {source_key!r}")
         with self._read() as cur:
             cur.execute(self._sql("SELECT id FROM messages WHERE thread_id = ? AND source_key = ?"),
                         (check_thread_id(thread_id), source_key))

@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from indexers.errors import InputError
+from indexers.errors import ConfigError, InputError
 from indexers.loader import load
 from indexers.settings import Budget, Settings
 
@@ -98,6 +98,9 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     wanted = args.strategy or list(STRATEGIES)
     results, owner = _results(args, settings, wanted)
     owner.close()
+    if not results:
+        raise ConfigError(f"{', '.join(wanted)} need an LLM to summarize: set OPENAI_BASE_URL/OPENAI_API_KEY and "
+                          "SEMHIST_LLM_MODEL, or run semhist llm-server")
     skipped = [n for n in wanted if n not in {r.strategy for r in results}]
     rows = render.compare_rows(results)
     if args.json:

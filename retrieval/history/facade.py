@@ -264,6 +264,8 @@ class History(Maintenance):
         if keywords is None and any(get_strategy(n).uses_search for n in names):
             keywords = asker.keywords(request, self._anchor(entry, marker))
         vector = asker.query_vector(keywords) if keywords is not None else None
+        masker = self.ingestor.masker(thread_id)
+        as_stored = masker(request) if masker else None
         out = []
         for name in names:
             began = time.perf_counter()
@@ -278,13 +280,13 @@ class History(Maintenance):
                 if memory is not None and index.whole:
                     index = self._searched(entry, self.store.marker(thread_id) or marker, vector, keywords)
                 result = asker.ask(index, request, strategy=name, budget=budget, keywords=keywords,
-                                        vector=vector, memory=memory)
+                                   vector=vector, memory=memory, as_stored=as_stored)
             if answer:
                 result = asker.answer(result)
             if log_turn:
                 timings = {"view_ms": round((viewed - began) * 1000, 2),
                            "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
-                self.store.log_turn(thread_id, turn_record(result, index, self.ingestor.masker(thread_id), timings))
+                self.store.log_turn(thread_id, turn_record(result, index, masker, timings))
             out.append(result)
         return out
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from indexers.embed import PASSAGE, EmbeddingCache, cache_key
-from indexers.errors import BackendError, NotFoundError
+from indexers.errors import BackendError, InputError, NotFoundError
 from indexers.index import manifest as manifests
 from indexers.ingest import cutoff
 from indexers.model import embedding_text
@@ -26,6 +26,8 @@ class Maintenance:
         text, vectors, cached embeddings, index files, summaries and statements, turn log.
         Every process notices at its next read of the thread."""
         check_thread_id(thread_id)
+        if ids is not None and not all(isinstance(i, int) and 0 < i < 2**63 for i in ids):
+            raise InputError(f"message ids are positive integers below 2^63; got {ids!r}"[:200], field="ids")
         whole = ids is None and before is None
         if whole:
             gone = self.store.forget_thread(thread_id)

@@ -75,8 +75,9 @@ class Asker:
 
     def ask(self, index: ThreadIndex, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             keywords: KeywordResult | None = None, vector: np.ndarray | None = None,
-            memory: MemoryResult | None = None) -> AskResult:
-        """Build the prompt for `request` with one strategy."""
+            memory: MemoryResult | None = None, as_stored: str | None = None) -> AskResult:
+        """Build the prompt for `request` with one strategy; `as_stored` is the request as a
+        masked thread stores it (so a bot that stored it first does not send it twice)."""
         s = self.settings
         check_request(request, s.max_message_chars)
         strat = get_strategy(strategy)
@@ -88,7 +89,7 @@ class Asker:
             vector = vector if vector is not None else self.query_vector(keywords)
         selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory))
         prompt = fit(index.thread, selection, request, limit, system_prompt=s.system_prompt,
-                     context_role=s.context_role, alternate=s.alternate)
+                     context_role=s.context_role, alternate=s.alternate, as_stored=as_stored)
         if memory is not None and memory.problems:
             prompt = replace(prompt, notes=prompt.notes + tuple(memory.problems))
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)

@@ -90,7 +90,7 @@ def system_messages(thread: Thread, system_prompt: str | None) -> list[dict[str,
 
 def build_messages(thread: Thread, selection: Selection, request: str, *,
                    system_prompt: str | None = None, context_role: str = "system",
-                   alternate: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+                   alternate: bool = False, as_stored: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The prompt's messages, and notes on what the chat-completions rules made us leave out."""
     out = system_messages(thread, system_prompt)
     memory = render_memory(selection)
@@ -99,11 +99,26 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
     turns, notes = pair_tool_messages([thread.messages[p].to_openai() for p in selection.history_ids])
-    # A bot that stores the user's message before it asks has the request as its last turn already.
-    if not (turns and turns[-1]["role"] == "user" and _text_of(turns[-1].get("content")) == request):
+    # A bot that stores the user's message before it asks has the request as its last turn
+    # already (masked, in a masked thread: the model is sent the request as the user wrote it).
+    last = turns[-1] if turns and turns[-1]["role"] == "user" else None
+    if last is not None and _text_of(last.get("content")) in (request, as_stored):
+        if isinstance(last.get("content"), str):
+            turns[-1] = {**last, "content": request}
+    else:
         turns.append({"role": "user", "content": request})
     out.extend(merge_same_role(turns) if alternate else turns)
     return out, notes
+
+
+def _first_by(items: list[dict[str, Any]], key) -> list[dict[str, Any]]:
+    seen: set = set()
+    out = []
+    for item in items:
+        if key(item) not in seen:
+            seen.add(key(item))
+            out.append(item)
+    return out
 
 
 def pair_tool_messages(turns: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -127,11 +142,12 @@ def pair_tool_messages(turns: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
         j = i + 1
         while j < len(turns) and turns[j]["role"] == "tool":
             j += 1
-        results = turns[i + 1:j]
+        results = _first_by(turns[i + 1:j], lambda r: r.get("tool_call_id"))  # a result stored twice goes once
         answered = {r.get("tool_call_id") for r in results}
-        calls = [c for c in m["tool_calls"] if c.get("id") in answered]
+        calls = [c for c in _first_by(m["tool_calls"], lambda c: c.get("id")) if c.get("id") in answered]
         ids = {c.get("id") for c in calls}
         kept = [r for r in results if r.get("tool_call_id") in ids]
+        results_dropped += j - i - 1 - len(results)
         calls_dropped += len(m["tool_calls"]) - len(calls)
         results_dropped += len(results) - len(kept)
         if calls:
@@ -191,7 +207,8 @@ CONTEXT_OVERHEAD = 40  # the context message's own header, tags and message over
 
 
 def fit(thread: Thread, selection: Selection, request: str, budget: int | None, *,
-        system_prompt: str | None = None, context_role: str = "system", alternate: bool = False) -> Prompt:
+        system_prompt: str | None = None, context_role: str = "system", alternate: bool = False,
+        as_stored: str | None = None) -> Prompt:
     """Assemble within `budget` tokens (None = no budget), giving things up in this order:
     the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges, the
     summary, the oldest kept user statements, and only then the last exchanges. The system
@@ -240,7 +257,7 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history), summary=summary,
                    notes=tuple(notes_kept), quoted=tuple(quoted))
     messages, paired = build_messages(thread, kept, request, system_prompt=system_prompt,
-                                      context_role=context_role, alternate=alternate)
+                                      context_role=context_role, alternate=alternate, as_stored=as_stored)
     notes += paired
     tokens = fixed + mem + ctx + hist if not (alternate or paired) else count_messages(messages)
     return Prompt(tuple(messages), tokens, kept, tuple(notes))

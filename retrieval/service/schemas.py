@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from indexers.store.records import THREAD_ID
 
@@ -25,7 +25,8 @@ class ChatMessage(BaseModel):
                                                        "(kept as sent; text parts are searched)")
     name: str | None = None
     id: str | None = Field(default=None, min_length=1, max_length=MAX_KEY)
-    timestamp: str | float | None = Field(default=None, description="ISO 8601 or epoch seconds; default: now")
+    timestamp: StrictStr | StrictInt | StrictFloat | None = Field(
+        default=None, description="ISO 8601, or epoch seconds or milliseconds; default: now")
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     function_call: dict[str, Any] | None = Field(default=None, description="legacy: refused, use tool_calls")
