@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -53,7 +54,8 @@ def pii_rules(value: str | None) -> tuple[str, ...]:
     return tuple(rule.name for rule in masker.rules) if masker else ()
 
 
-def masker_of(rules: Sequence[str]) -> Masker | None:
+@lru_cache(maxsize=16)  # a handful of rule sets ever: not one Masker per ask
+def masker_of(rules: tuple[str, ...]) -> Masker | None:
     return Masker(rules) if rules else None
 
 
@@ -70,13 +72,13 @@ class Ingestor:
         self.rules = pii_rules(pii)
         self.batch_size = batch_size
 
-    def thread_rules(self, thread_id: str) -> tuple[str, ...]:
-        """This process's rules and the thread's stored ones, in the built-in order."""
-        wanted = set(self.rules) | set(pii_rules(self.store.pii(thread_id)))
+    def thread_rules(self, stored: str | None) -> tuple[str, ...]:
+        """This process's rules and a thread's stored ones (`Marker.pii`), in the built-in order."""
+        wanted = set(self.rules) | set(pii_rules(stored))
         return tuple(name for name in RULES if name in wanted)  # registration order: cards first
 
-    def masker(self, thread_id: str) -> Masker | None:
-        return masker_of(self.thread_rules(thread_id))
+    def masker(self, stored: str | None) -> Masker | None:
+        return masker_of(self.thread_rules(stored))
 
     def segment_tail(self, tail: list[StoredMessage], history: tuple[float, ...]
                      ) -> tuple[list[ClosedBlock], tuple[float, ...]]:
@@ -137,9 +139,9 @@ class Ingestor:
 
     def _store(self, thread_id: str, todo: list, manifest: dict | None) -> AppendResult:
         try:
-            return self._store_with(self.thread_rules(thread_id), thread_id, todo, manifest)
+            return self._store_with(self.thread_rules(self.store.pii(thread_id)), thread_id, todo, manifest)
         except StaleRules:  # another writer turned masking on meanwhile: mask with its rules too
-            return self._store_with(self.thread_rules(thread_id), thread_id, todo, manifest)
+            return self._store_with(self.thread_rules(self.store.pii(thread_id)), thread_id, todo, manifest)
 
     def _store_with(self, rules: tuple[str, ...], thread_id: str, todo: list, manifest: dict | None) -> AppendResult:
         rows = self.prepare([m for m, _ in todo], [k for _, k in todo], masker_of(rules))

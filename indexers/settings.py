@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import ConfigError, InputError
 from .model import MAX_MESSAGE_CHARS
+from .validate import text_problem
 
 # Option groups: each command shows the groups it uses (retrieval/cli/options.py).
 EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE, SERVICE = (
@@ -201,8 +202,9 @@ class Settings:
         for name in ("recent", "hit_window", "compaction_calls", "compaction_lookback"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.system_prompt and not _plain_text(self.system_prompt):
-            raise ConfigError("system_prompt must be UTF-8 text without NUL or lone surrogates")
+        problem = text_problem(self.system_prompt) if self.system_prompt else None
+        if problem:
+            raise ConfigError(f"system_prompt must be UTF-8 text without NUL: it is {problem}")
         for f in fields(self):
             valid = f.metadata.get("choices")
             if valid and getattr(self, f.name) not in valid:
@@ -222,15 +224,6 @@ class Settings:
         """What the segmenter is built from; recorded in every thread's manifest."""
         return {"gap_seconds": self.gap_seconds, "max_block_tokens": self.max_block_tokens,
                 "min_block_messages": self.min_block_messages, "percentile": self.topic_percentile}
-
-
-def _plain_text(text: str) -> bool:
-    """Valid UTF-8 without NUL (newlines and tabs are welcome in a system prompt)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
 
 
 def settings_fields(groups: set[str] | None = None) -> list[Field]:

@@ -103,16 +103,22 @@ _LEGACY = {
 }
 
 
-def _unicode(value: str, field_name: str) -> str:
-    """JSON can carry lone surrogates ("\\ud800") that no UTF-8 store or tokenizer accepts."""
+def text_problem(text: str) -> str | None:
+    """Why a text can be neither stored nor sent, or None. JSON can carry lone surrogates
+    ("\\ud800") that no UTF-8 store or tokenizer accepts, and NUL, which PostgreSQL refuses."""
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise BadField(field_name, f"not valid Unicode: a lone surrogate {value[exc.start]!r} at character "
-                               f"{exc.start} (the sender split an emoji or a character pair)") from None
-    if "\x00" in value:
-        raise BadField(field_name, f"a NUL character (U+0000) at character {value.index(chr(0))}: no text store "
-                               "keeps it (PostgreSQL refuses it); remove it")
+        return f"not valid UTF-8 (a lone surrogate {text[exc.start]!r} at character {exc.start})"
+    if "\x00" in text:
+        return f"not storable text (a NUL character (U+0000) at character {text.index(chr(0))}; remove it)"
+    return None
+
+
+def _unicode(value: str, field_name: str) -> str:
+    problem = text_problem(value)
+    if problem:
+        raise BadField(field_name, problem)
     return value
 
 
@@ -169,13 +175,9 @@ def check_request(request: Any, max_chars: int = MAX_MESSAGE_CHARS, what: str = 
     Unicode string without NUL, not too long."""
     if not isinstance(request, str) or not request.strip():
         raise InputError(f"the {what} is empty", field=what.replace(" ", "_"))
-    try:
-        request.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(f"the {what} is not valid UTF-8 (character {exc.start}: {request[exc.start]!r}); "
-                         "send UTF-8 text, e.g. convert it with iconv", field=what.replace(" ", "_")) from None
-    if "\x00" in request:
-        raise InputError(f"the {what} holds a NUL character (U+0000); remove it", field=what.replace(" ", "_"))
+    problem = text_problem(request)
+    if problem:
+        raise InputError(f"the {what} is {problem}", field=what.replace(" ", "_"))
     if len(request) > max_chars:
         raise InputError(f"the {what} has {len(request):,} characters; the most is {max_chars:,} "
                          "(raise it with --max-message-chars or SEMHIST_MAX_MESSAGE_CHARS)",

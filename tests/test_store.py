@@ -162,16 +162,20 @@ def test_a_store_from_before_the_new_columns_is_migrated_with_its_data(request, 
                      f"('old', {mark}, {mark}, {mark}, {mark}, {mark}, 0)",
                      (1000.0 + i, 1000.0 + i, "user" if i == 0 else "assistant", text, "\x1f".join(text.split())))
     conn.execute("INSERT INTO blocks VALUES ('old', 0, 12, '[0]')")
+    conn.execute("INSERT INTO turn_log (thread_id, at, payload) VALUES ('old', 1001.5, '{\"request\": \"the Zanzibar trip\"}')")
     conn.close()
     store = open_store(url)
     assert store.applied_migrations() == [m[0] for m in MIGRATIONS]
     marker = store.marker("old")
     assert marker.uid and marker.tokens == sum(m.tokens for m in store.messages("old")) > 0
     assert [no for no, _ in store.search_blocks("old", ["Zanzibar"], 5)] == [0]
+    asked = store.messages("old")[0]
+    store.forget_messages("old", ids=[asked.id])  # the old log's ask with that text goes with it
+    assert store.turns("old") == []
     store.close()
 
 
-@pytest.mark.parametrize("bad", ["../x", "a/b", "a\\b", "", " x", "x y", ".hidden", "a" * 300, "x..y", "a\x00b"])
+@pytest.mark.parametrize("bad", ["../x", "a/b", "a\\b", "", " x", "x y", ".hidden", "a" * 300, "x..y", "a\x00b", "x\n"])
 def test_thread_ids_are_validated(bad):
     with pytest.raises(InputError):
         check_thread_id(bad)

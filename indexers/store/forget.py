@@ -6,7 +6,6 @@ it; forgetting a whole thread removes its row, so the id used again is a new inc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from .records import StoredMessage, check_thread_id
-from .rows import COLUMNS, chunks, marks, message_row
+from .rows import COLUMNS, chunks, marks, message_row, request_key
 
 TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
@@ -83,15 +82,12 @@ class ForgetMixin:
 
     def _forget_requests(self: Any, cur, thread_id: str, gone: list[StoredMessage]) -> None:
         """A bot stores the user's message and then asks with it: the turn log holds the same
-        text as the request. Those entries go with the message. (Every entry of the thread is
-        read: the log's times are the server's, the message's the sender's.)"""
-        texts = {m.content for m in gone if m.role == "user" and m.content}
-        if not texts:
-            return
-        cur.execute(self._sql("SELECT id, payload FROM turn_log WHERE thread_id = ?"), (thread_id,))
-        doomed = [row[0] for row in cur.fetchall() if json.loads(row[1]).get("request") in texts]
-        for chunk in chunks(doomed):
-            cur.execute(self._sql(f"DELETE FROM turn_log WHERE id IN ({marks(chunk)})"), chunk)
+        text as the request. Those entries go with the message, found by the request's key (not
+        by time: the log's times are the server's, the message's the sender's)."""
+        keys = sorted({request_key(m.content) for m in gone if m.role == "user" and m.content})
+        for chunk in chunks(keys):
+            cur.execute(self._sql(f"DELETE FROM turn_log WHERE thread_id = ? AND request_key IN ({marks(chunk)})"),
+                        (thread_id, *chunk))
 
     def resegment(self: Any, thread_id: str, segment: Callable) -> None:
         """Forget every block of the thread and segment it again from the stored vectors."""

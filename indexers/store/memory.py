@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .records import Key, NoteRecord, SummaryRecord, check_thread_id
-from .rows import now_iso
+from .rows import now_iso, request_key
 
 _NOTE_COLUMNS = "id, source_id, kind, text, quote, source_ts, superseded_by"
 
@@ -88,8 +88,10 @@ class MemoryMixin:
 
     def log_turn(self: Any, thread_id: str, payload: dict[str, Any]) -> None:
         with self._write(thread_id) as cur:
-            cur.execute(self._sql("INSERT INTO turn_log (thread_id, at, payload) VALUES (?, ?, ?)"),
-                        (thread_id, time.time(), json.dumps(payload, ensure_ascii=False, default=str)))
+            request = payload.get("request")
+            cur.execute(self._sql("INSERT INTO turn_log (thread_id, at, payload, request_key) VALUES (?, ?, ?, ?)"),
+                        (thread_id, time.time(), json.dumps(payload, ensure_ascii=False, default=str),
+                         request_key(request) if isinstance(request, str) else None))
 
     def turns(self: Any, thread_id: str | None, limit: int | None = None) -> list[dict[str, Any]]:
         """The turn log of a thread (every thread when None), oldest first; the newest

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..tokens import count_message
+from .rows import request_key
 
 SQLITE, POSTGRES = "sqlite", "postgresql"
 
@@ -45,6 +46,13 @@ def _block_documents(store: Any, cur: Any) -> None:
         docs.setdefault((thread_id, int(block_no)), []).extend(terms.split("\x1f") if terms else ())
     for (thread_id, block_no), terms in docs.items():
         store._index_terms(cur, thread_id, block_no, terms)
+
+
+def _request_keys(store: Any, cur: Any) -> None:
+    cur.execute("SELECT id, payload FROM turn_log")
+    requests = [(i, json.loads(p).get("request")) for i, p in cur.fetchall()]
+    cur.executemany(store._sql("UPDATE turn_log SET request_key = ? WHERE id = ?"),
+                    [(request_key(r), i) for i, r in requests if isinstance(r, str)])
 
 
 _DF = "CREATE TABLE block_term_df (thread_id TEXT NOT NULL, token TEXT NOT NULL, df INTEGER NOT NULL, " \
@@ -120,10 +128,12 @@ ALTER TABLE threads ADD COLUMN notes_id BIGINT;
     # What a message carries that semhist keeps but does not read (content parts that are not
     # text, the role it was sent with), and the masking a thread was started with: once a
     # thread is masked, every later write and turn-log entry of it is too.
+    # ... and the key of each ask's request, so forgetting a message finds the asks made with it.
     ("0008_verbatim_and_pii", """
 ALTER TABLE messages ADD COLUMN verbatim TEXT;
 ALTER TABLE threads ADD COLUMN pii TEXT;
-""", None),
+ALTER TABLE turn_log ADD COLUMN request_key TEXT;
+""", _request_keys),
 )
 
 

@@ -99,6 +99,7 @@ class Marker:
     messages: int = 0
     tokens: int = 0  # prompt cost of every non-system message
     vectors: int = 0
+    pii: str | None = None  # the masking rules the thread is written with
 
     def same_lineage(self, other: Marker | None) -> bool:
         """True when `other` can be brought up to this state by adding what was appended."""

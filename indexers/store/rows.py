@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -19,6 +20,11 @@ COLUMNS = ("id, thread_id, role, content, ts, tz, sort_ts, name, tool_calls, too
 INSERT = ("INSERT INTO messages (thread_id, ts, tz, sort_ts, role, name, content, tool_calls, tool_call_id, "
           "source_key, terms, embedder, vector, tokens, verbatim) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
           "ON CONFLICT DO NOTHING RETURNING id")
+
+
+def request_key(text: str) -> str:
+    """What the turn log keeps to find an ask by its request (forgetting the message it was)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def now_iso() -> str:

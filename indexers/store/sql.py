@@ -21,7 +21,7 @@ from .records import (AppendResult, StaleRules, ClosedBlock, Marker, NewMessage,
                       ThreadInfo, check_thread_id)
 from .rows import INSERT, chunks, history_blob, marks, now_iso, offset, stamp
 
-_MARKER = "uid, generation, version, n_messages, n_tokens, n_vectors"
+_MARKER = "uid, generation, version, n_messages, n_tokens, n_vectors, pii"
 
 # segment(tail, history) -> (blocks closed for good, the drift history after them)
 Segment = Callable[[list[StoredMessage], tuple[float, ...]], tuple[list[ClosedBlock], tuple[float, ...]]]
@@ -114,7 +114,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
     def _marker(self, cur, thread_id: str) -> Marker | None:
         cur.execute(self._sql(f"SELECT {_MARKER} FROM threads WHERE thread_id = ?"), (thread_id,))
         row = cur.fetchone()
-        return Marker(row[0], int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5])) if row else None
+        return Marker(row[0], int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]), row[6]) if row else None
 
     def marker(self, thread_id: str) -> Marker | None:
         """The thread's current identity and version; None when there is no such thread."""

@@ -264,7 +264,7 @@ class History(Maintenance):
         if keywords is None and any(get_strategy(n).uses_search for n in names):
             keywords = asker.keywords(request, self._anchor(entry, marker))
         vector = asker.query_vector(keywords) if keywords is not None else None
-        masker = self.ingestor.masker(thread_id)
+        masker = self.ingestor.masker(marker.pii)  # the thread's masking came with its marker
         as_stored = masker(request) if masker else None
         out = []
         for name in names:
