@@ -161,6 +161,11 @@ class Settings:
     # -- the HTTP service (semhist serve)
     max_body_kb: int = option(4096, group=SERVICE, help="largest request body the service accepts (413 above)")
     max_batch: int = option(256, group=SERVICE, help="most messages one POST may add (413 above)")
+    upstream: str | None = option(None, group=SERVICE, help="OpenAI-compatible base URL that POST "
+                                  "/v1/chat/completions forwards to (e.g. http://127.0.0.1:8080/v1)",
+                                  shown="the configured LLM endpoint (OPENAI_BASE_URL, AZURE_OPENAI_ENDPOINT)")
+    upstream_timeout: float = option(600.0, group=SERVICE, help="seconds to wait for the upstream's answer "
+                                                                "(a local model on a busy CPU takes minutes)")
     # Only from the environment (SEMHIST_API_TOKEN): a flag would show the secret in `ps`.
     api_token: str | None = field(default=None, repr=False)
     llm: LLMConfig | None = None
@@ -191,7 +196,7 @@ class Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
-                    "max_message_chars")
+                    "max_message_chars", "upstream_timeout")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

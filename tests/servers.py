@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -168,6 +169,49 @@ class BadLLM:
             "error500": (b'{"error": {"message": "boom"}}', "application/json", 500),
             "slow": (None, "", 0),
         }[self.mode]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Recorder:
+    """A relay in front of a real OpenAI-compatible server that keeps the body of every
+    request it passes on: what semhist forwarded, as the model received it. Answers are the
+    model's own, relayed as they arrive (streams included)."""
+
+    def __init__(self, target: str):
+        self.bodies: list[dict] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                outer.bodies.append(json.loads(body))
+                request = urllib.request.Request(target.rstrip("/") + self.path.removeprefix("/v1"), data=body,
+                                                 headers={"content-type": "application/json"}, method="POST")
+                try:
+                    answer = urllib.request.urlopen(request, timeout=600)
+                except urllib.error.HTTPError as refused:  # the model's own error answer, relayed too
+                    answer = refused
+                with answer:
+                    self.send_response(answer.status)
+                    self.send_header("content-type", answer.headers.get("content-type", "application/json"))
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    while chunk := answer.read1(65536):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.write(b"0\r\n\r\n")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()

@@ -244,3 +244,19 @@ def test_add_many_stores_all_or_nothing_and_returns_every_id(make_history):
         h.add_many("t", [{"role": "user", "content": "x", "timestamp": 1e20}])
     assert bad.value.field == "timestamp" and "out of range" in str(bad.value)
     assert h.store.count("t") == 3
+
+
+def test_a_tool_loop_ends_the_prompt_with_its_results_not_the_request_again(make_history):
+    history = make_history()
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'}}
+    turn = [{"role": "user", "content": "What is the weather in Tokyo?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 21}'}]
+    history.add_many("agent", [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}, *turn])
+    messages = history.ask("agent", turn[0]["content"]).prompt.messages
+    assert [m["role"] for m in messages[-3:]] == ["user", "assistant", "tool"]
+    assert messages[-2]["tool_calls"] == [call] and messages[-1]["tool_call_id"] == "call_1"
+    assert sum(m.get("content") == turn[0]["content"] for m in messages) == 1
+    # once the model has answered, the same words are a new request
+    history.add_many("agent", [{"role": "assistant", "content": "21 degrees"}])
+    assert history.ask("agent", turn[0]["content"]).prompt.messages[-1] == turn[0]

@@ -28,3 +28,16 @@ def test_benchmark_curves_notebook_runs(cache_dir, monkeypatch):
     text, drew = run_notebook("benchmark_curves.ipynb", cache_dir, monkeypatch)
     assert "locomo.jsonl" in text and "blocks" in text
     assert drew, "the curves were not drawn"
+
+
+def test_langchain_memory_notebook_runs(cache_dir, monkeypatch):
+    text, _ = run_notebook("langchain_memory.ipynb", cache_dir, monkeypatch)
+    assert "kept 24/24 ramen turns" in text
+    assert "graph state: 70 messages; semhist thread: 70 messages" in text
+    assert "semhist thread 'chain': 4 messages" in text
+
+
+def test_llamaindex_memory_notebook_runs(cache_dir, monkeypatch):
+    text, _ = run_notebook("llamaindex_memory.ipynb", cache_dir, monkeypatch)
+    assert text.count("kept 24/24 ramen turns") == 2
+    assert "semhist thread: 70 messages" in text

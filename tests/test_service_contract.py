@@ -9,7 +9,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import status_code_conformance
 
-from .servers import Process
+from .servers import Process, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory, cache_dir):
     base = tmp_path_factory.mktemp("contract")
-    env = {"SEMHIST_DATA_DIR": str(base / "data"), "SEMHIST_CACHE_DIR": str(cache_dir), "SEMHIST_MAX_BATCH": "20"}
+    # an upstream that is not there: generated chat requests are stored and built, then answered 502
+    env = {"SEMHIST_DATA_DIR": str(base / "data"), "SEMHIST_CACHE_DIR": str(cache_dir), "SEMHIST_MAX_BATCH": "20",
+           "SEMHIST_UPSTREAM": f"http://127.0.0.1:{free_port()}/v1"}
     server = Process(["serve"], env, base / "serve.log")
     # something to find: generated requests hit a stored thread now and then
     httpx.post(server.url + "/v1/threads/a/messages", timeout=60, json={"messages": [
@@ -30,7 +32,8 @@ def api_schema(tmp_path_factory, cache_dir):
 
 OPERATIONS = [("POST", "/v1/threads/{thread_id}/messages"), ("POST", "/v1/threads/{thread_id}/context"),
               ("GET", "/v1/threads"), ("GET", "/v1/threads/{thread_id}/log"), ("DELETE", "/v1/threads/{thread_id}"),
-              ("DELETE", "/v1/threads/{thread_id}/messages/{message_id}"), ("GET", "/healthz"), ("GET", "/metrics")]
+              ("DELETE", "/v1/threads/{thread_id}/messages/{message_id}"), ("GET", "/healthz"), ("GET", "/metrics"),
+              ("POST", "/v1/chat/completions")]
 
 
 # One test per operation, cases drawn from the document (schemathesis' pytest plugin predates pytest 9).

@@ -15,12 +15,12 @@ from urllib.parse import unquote, urlparse
 from ..errors import ConfigError
 from .migrations import MIGRATIONS
 from .records import (AppendResult, Changes, StaleRules, ClosedBlock, Key, Marker, NewMessage, NoteRecord, StoredBlock,
-                      StoredMessage, SummaryRecord, ThreadInfo, check_thread_id)
+                      StoredMessage, SummaryRecord, ThreadInfo, check_thread_id, thread_id_for)
 from .sql import SQLStore
 
 __all__ = ["MIGRATIONS", "AppendResult", "Changes", "ClosedBlock", "Key", "Marker", "NewMessage", "NoteRecord",
            "SQLStore", "StaleRules", "StoredBlock", "StoredMessage", "SummaryRecord", "ThreadInfo", "check_thread_id",
-           "open_store", "STORES"]
+           "thread_id_for", "open_store", "STORES"]
 
 
 def _sqlite(url: str) -> SQLStore:

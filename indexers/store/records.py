@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +24,15 @@ def check_thread_id(thread_id: str) -> str:
         raise InputError(f"invalid thread id {thread_id!r}: use 1-256 characters from A-Z a-z 0-9 _ . : ; @ = + -, "
                          "starting with a letter, digit or _, and no '..'")
     return thread_id
+
+
+def thread_id_for(name: str, prefix: str = "conv-") -> str:
+    """The stored thread for an outside name (a Teams conversation id, an OpenAI `user`): the
+    name itself when the store accepts it, else a stable digest of it (names with '|', '/', spaces)."""
+    try:
+        return check_thread_id(name)
+    except InputError:
+        return prefix + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 class StaleRules(BackendError):

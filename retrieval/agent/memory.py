@@ -10,14 +10,13 @@ once), and each message the agent sends in that turn is stored as the assistant'
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from indexers.errors import InputError, SemhistError
-from indexers.store import check_thread_id
+from indexers.errors import SemhistError
+from indexers.store import thread_id_for
 
 from ..history import History
 
@@ -25,15 +24,6 @@ log = logging.getLogger("semhist.agent")
 
 NO_STORE = "semhist.no_store"  # a handler sets this in turn_state: the replies of this turn are not kept
 SENT = "semhist.sent"  # replies stored so far in this turn
-
-
-def thread_id_for(conversation_id: str) -> str:
-    """The stored thread of a conversation: its id when the store accepts it (Teams ids do),
-    else a stable digest of it (ids with characters such as '|' or '/')."""
-    try:
-        return check_thread_id(conversation_id)
-    except InputError:
-        return "conv-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:40]
 
 
 def _text(activity: Any) -> str:

@@ -7,6 +7,7 @@ The system prompt is never trimmed or retrieved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -99,16 +100,26 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
     turns, notes = pair_tool_messages([thread.messages[p].to_openai() for p in selection.history_ids])
-    # A bot that stores the user's message before it asks has the request as its last turn
-    # already (masked, in a masked thread: the model is sent the request as the user wrote it).
-    last = turns[-1] if turns and turns[-1]["role"] == "user" else None
-    if last is not None and _text_of(last.get("content")) in (request, as_stored):
-        if isinstance(last.get("content"), str):
-            turns[-1] = {**last, "content": request}
-    else:
+    at = _stored_request(turns, request, as_stored)
+    if at is None:
         turns.append({"role": "user", "content": request})
+    elif isinstance(turns[at].get("content"), str):
+        turns[at] = {**turns[at], "content": request}
     out.extend(merge_same_role(turns) if alternate else turns)
     return out, notes
+
+
+def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | None) -> int | None:
+    """Where the request already is among the recent turns. A bot that stores the user's
+    message before it asks has it as its last turn (masked, in a masked thread: the model is
+    sent it as the user wrote it); an agent in a tool loop has its tool calls and results after
+    it, and the prompt must end with those, not with the request again."""
+    at = len(turns) - 1
+    while at >= 0 and (turns[at]["role"] == "tool" or (turns[at]["role"] == "assistant" and turns[at].get("tool_calls"))):
+        at -= 1
+    if at >= 0 and turns[at]["role"] == "user" and _text_of(turns[at].get("content")) in (request, as_stored):
+        return at
+    return None
 
 
 def _first_by(items: list[dict[str, Any]], key) -> list[dict[str, Any]]:
@@ -162,6 +173,24 @@ def pair_tool_messages(turns: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     if calls_dropped:
         notes.append(f"left out {calls_dropped} tool call(s) whose result is not in the prompt")
     return out, notes
+
+
+def end_with_turn(messages: list[dict[str, Any]], turn: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The prompt with the current turn (the request and the tool calls and results after it)
+    at its end, whole and as given. A tight budget may have dropped part of it, and a model
+    that does not see its own tool results calls the tools again; the stored copies at the
+    prompt's end are taken off first, so nothing is sent twice."""
+    ours = {said(m) for m in turn}
+    out = list(messages)
+    while out and out[-1]["role"] != "system" and said(out[-1]) in ours:
+        out.pop()
+    return out + [dict(m) for m in turn]
+
+
+def said(message: Mapping[str, Any]) -> tuple:
+    """What a message said, whatever form it came in: role, text, tool call ids."""
+    calls = tuple(c.get("id") for c in message.get("tool_calls") or ())
+    return message.get("role"), _text_of(message.get("content")) or "", message.get("tool_call_id"), calls
 
 
 def _text_of(content: Any) -> str | None:

@@ -32,6 +32,7 @@ from ..history.facade import MAX_KEY
 from . import errors
 from .errors import TooLarge, Unauthorized
 from .metrics import Timing, metrics
+from .proxy import chat_api
 from .schemas import (THREAD_ID_PATTERN, AddMessages, Added, Context, ContextRequest, Error, Forgotten, Health,
                       ThreadSummary)
 
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
         app.state.pool = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="semhist-request")
         app.state.ops_pool = ThreadPoolExecutor(1, thread_name_prefix="semhist-ops")
         app.state.history = history or History(settings)
+        app.state.http, app.state.upstream_timeout = None, settings.upstream_timeout  # made on first use
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(app.state.pool, _warm, app.state.history)
         try:
@@ -79,17 +81,21 @@ def create_app(settings: Settings | None = None, history: History | None = None)
         finally:
             if history is None:
                 await loop.run_in_executor(app.state.pool, app.state.history.close)
+            if app.state.http is not None:
+                await app.state.http.aclose()
             app.state.pool.shutdown(wait=True)
             app.state.ops_pool.shutdown(wait=True)
 
     app = FastAPI(title="semhist", version=_version(), lifespan=lifespan,
                   description="Semantic history for chat threads that never end: append messages, ask for the "
-                              "prompt of the next turn within a token budget.")
+                              "prompt of the next turn within a token budget, or put semhist in front of "
+                              "any OpenAI-compatible model (POST /v1/chat/completions).")
     errors.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_kb * 1024)
     app.add_middleware(Timing, sink=metrics())
     auth = Depends(_bearer(settings.api_token))
     app.include_router(_threads_api(settings), dependencies=[auth], responses=ERRORS)
+    app.include_router(chat_api(settings), dependencies=[auth])
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Error}}, tags=["operations"])
     @in_ops_pool

@@ -29,12 +29,22 @@ class Unauthorized(SemhistError):
     pass
 
 
+class UpstreamError(BackendError):
+    """The model behind /v1/chat/completions could not be reached."""
+
+
+class UpstreamTimeout(UpstreamError):
+    pass
+
+
 # most specific first
 STATUS: list[tuple[type[SemhistError], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
     (TooLarge, TOO_LARGE, "too_large"),
     (NotFoundError, 404, "not_found"),
     (IndexMismatchError, 409, "conflict"),
+    (UpstreamTimeout, 504, "upstream_timeout"),
+    (UpstreamError, 502, "upstream_unavailable"),
     (InputError, 422, "invalid_request"),
     (ConfigError, 422, "not_supported"),
     (BackendError, 503, "unavailable"),

@@ -1,0 +1,168 @@
+"""`POST /v1/chat/completions`: semhist as a drop-in memory in front of any OpenAI-compatible
+model. A client changes its `base_url` and nothing else:
+
+1. the thread is named by the `X-Semhist-Thread` header, else by the request's `user`;
+2. of the messages sent (the new turn alone, or the client's whole history) semhist stores
+   those it has not seen: the ones after the point where they line up with the stored
+   thread's end (or, with semhist's `id` field on a message, by that key);
+3. the history is replaced by the prompt semhist builds within the budget, ending with the
+   current turn as the client sent it (a tool-calling turn keeps its calls and results);
+4. the request goes to the upstream model; its answer comes back unchanged (streamed when
+   asked), and the reply is stored before the client can see the end of it.
+
+Leading system/developer messages are the client's instructions for this request: used as
+the prompt's system prompt, not stored as part of the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from indexers.errors import ConfigError, InputError
+from indexers.loader import build_thread, content_size, resolve_zone
+from indexers.model import Message
+from indexers.settings import Budget, Settings
+from indexers.store import StoredMessage, check_thread_id, thread_id_for
+
+from ..history import History
+from ..pipeline.assemble import end_with_turn
+from .errors import TooLarge
+
+THREAD_HEADER = "x-semhist-thread"
+OURS = ("id", "timestamp")  # semhist's own message fields: read here, never forwarded
+INSTRUCTIONS = ("system", "developer")
+REPLIES = 8  # stored replies (and tool turns) a retry may find after the request it repeats
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One proxied request, ready to forward."""
+
+    thread_id: str
+    body: dict[str, Any]  # what the upstream receives
+    added: int  # messages of the request stored now
+    prompt_tokens: int
+    full_tokens: int
+
+
+def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
+    named = headers.get(THREAD_HEADER)
+    if named is not None:
+        return check_thread_id(named)  # the caller chose it: a bad one is refused, not renamed
+    user = body.get("user")
+    if isinstance(user, str) and user.strip():
+        return thread_id_for(user, prefix="user-")
+    raise InputError("name the thread: an X-Semhist-Thread header, or the request's `user` field", field="user")
+
+
+def prepare(history: History, settings: Settings, thread_id: str, body: dict[str, Any], *,
+            budget: Budget | None = None, strategy: str = "blocks") -> Turn:
+    """Store what is new, build the prompt; nothing is forwarded yet."""
+    sent = body.get("messages")
+    if not isinstance(sent, list) or not sent or not all(isinstance(m, dict) for m in sent):
+        raise InputError("messages: expected a non-empty list of message objects", field="messages")
+    for i, m in enumerate(sent):
+        if content_size(m.get("content")) > settings.max_message_chars:
+            raise TooLarge(f"messages[{i}].content: {content_size(m.get('content'))} characters; at most "
+                           f"{settings.max_message_chars}", index=i, field="content")
+    lead = next((i for i, m in enumerate(sent) if m.get("role") not in INSTRUCTIONS), len(sent))
+    conversation = sent[lead:]
+    users = [i for i, m in enumerate(conversation) if m.get("role") == "user"]
+    if not users:
+        raise InputError("messages: no user message after the system messages", field="messages")
+    parsed = _parsed(settings, thread_id, conversation, offset=lead)
+    added = _store_unseen(history, thread_id, conversation, parsed)
+    current = users[-1]
+    result = history.ask(thread_id, parsed[current].content, strategy=strategy, budget=budget,
+                         system_prompt=_instructions(sent[:lead]))
+    prompt = end_with_turn(list(result.prompt.messages), [_forwarded(m) for m in conversation[current:]])
+    out = {k: v for k, v in body.items() if k != "messages"}
+    out["messages"] = prompt
+    return Turn(thread_id, out, added, result.prompt.tokens, result.full_tokens)
+
+
+def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any]], offset: int) -> list[Message]:
+    """The messages validated as `add` validates them (a bad one stores none)."""
+    now = datetime.now(timezone.utc).isoformat()
+    raw = [{**{k: v for k, v in m.items() if k != "id" and v is not None}, "timestamp": m.get("timestamp") or now}
+           for m in conversation]
+    try:
+        thread, _ = build_thread(thread_id, raw, zone=resolve_zone(settings.timezone), lenient=False, hint="",
+                                 max_chars=settings.max_message_chars)
+    except InputError as exc:
+        index = getattr(exc, "index", None)
+        raise InputError(str(exc), index=None if index is None else index + offset,
+                         field=getattr(exc, "field", None)) from exc
+    return list(thread.messages)
+
+
+def _store_unseen(history: History, thread_id: str, conversation: list[dict[str, Any]],
+                  parsed: list[Message]) -> int:
+    marker = history.store.marker(thread_id)
+    stored = history.store.messages(thread_id, last=len(conversation) + REPLIES) if marker is not None else []
+    masker = history.ingestor.masker(marker.pii) if marker is not None else None
+    start = first_unseen(stored, parsed, masker)
+    new = conversation[start:]
+    if not new:
+        return 0
+    return history.add_many(thread_id, [{k: v for k, v in m.items() if k in _STORED} for m in new]).added
+
+
+_STORED = ("role", "content", "name", "tool_calls", "tool_call_id", "id", "timestamp")
+
+
+def first_unseen(stored: Sequence[StoredMessage], sent: Sequence[Message], masker=None) -> int:
+    """Where the new messages of `sent` start. They line up with the stored thread where a
+    stretch at their start is the thread's end (a client sending its whole history), or its
+    end but for the replies after it (a retry that never got its answer: two messages at
+    least, since a lone "continue" said twice is said twice), or where the whole thread lies
+    within them (a client whose history reaches back before semhist saw it). A single new
+    turn lines up nowhere: all of it is new (0)."""
+    def same(s: StoredMessage, m: Message) -> bool:
+        text = masker(m.content) if masker and m.content else m.content
+        return (s.role == m.role and s.content == text and s.tool_call_id == m.tool_call_id
+                and _call_ids(s.tool_calls) == _call_ids(m.tool_calls))
+
+    def ends_at(e: int, p: int) -> bool:  # sent[:p] == stored[e - p:e]
+        return all(same(stored[e - p + i], sent[i]) for i in range(p))
+
+    n = len(stored)
+    ends = [n] + [e for e in range(n - 1, max(n - REPLIES, 0) - 1, -1)
+                  if all(stored[k].role != "user" for k in range(e, n))]
+    found = [(p, e == n) for e in ends for p in range(min(len(sent), e), 1 if e < n else 0, -1) if ends_at(e, p)]
+    if found:
+        return max(found)[0]
+    inside = (p for p in range(n + 1, len(sent) + 1)
+              if n and all(same(stored[i], sent[p - n + i]) for i in range(n)))
+    return next(inside, 0)
+
+
+def _call_ids(calls) -> tuple:
+    return tuple(c.get("id") for c in calls or ())
+
+
+def _forwarded(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in m.items() if k not in OURS}
+
+
+def _instructions(lead: list[dict[str, Any]]) -> str | None:
+    texts = []
+    for m in lead:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if isinstance(content, str) and content.strip():
+            texts.append(content)
+    return "\n\n".join(texts) or None
+
+
+def budget_of(value: str | None) -> Budget | None:
+    if value is None:
+        return None
+    try:
+        return Budget.parse(value)
+    except ConfigError as exc:
+        raise InputError(str(exc), field="X-Semhist-Budget") from exc

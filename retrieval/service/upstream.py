@@ -1,0 +1,137 @@
+"""The model behind `POST /v1/chat/completions`: where it is, how to reach it, and the reply it
+gave (read from a JSON body or assembled from a stream of server-sent events).
+
+semhist forwards bytes and returns them unchanged; it only reads the reply to store it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from indexers.errors import ConfigError
+from indexers.settings import Settings
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    url: str  # the chat-completions URL itself
+    headers: dict[str, str] = field(repr=False)
+    model: str | None  # when the client names none
+    uses_client_key: bool  # no key of our own: the client's bearer token goes on
+
+
+def upstream_of(settings: Settings) -> Upstream:
+    """`--upstream URL`, else the LLM endpoint the OpenAI/Azure variables describe."""
+    llm = settings.llm
+    key = llm.api_key if llm is not None and llm.api_key not in (None, "not-needed") else None
+    if settings.upstream:
+        return Upstream(_completions(settings.upstream), _bearer(key), llm.model if llm else None, key is None)
+    if llm is None:
+        raise ConfigError("no upstream model for /v1/chat/completions: start semhist serve with --upstream URL "
+                          "(e.g. http://127.0.0.1:8080/v1 for semhist llm-server), or set OPENAI_BASE_URL / "
+                          "OPENAI_API_KEY or AZURE_OPENAI_ENDPOINT")
+    if llm.provider == "azure":
+        url = (f"{llm.base_url.rstrip('/')}/openai/deployments/{quote(llm.model, safe='')}/chat/completions"
+               f"?api-version={quote(llm.api_version or '', safe='')}")
+        return Upstream(url, {"api-key": key} if key else {}, llm.model, key is None)
+    return Upstream(_completions(llm.base_url or OPENAI_URL), _bearer(key), llm.model, key is None)
+
+
+def _completions(base: str) -> str:
+    base = base.rstrip("/")
+    return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+
+def _bearer(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def reply_of(body: bytes) -> dict[str, Any] | None:
+    """The assistant message of a chat completion body (the first choice), or None when the
+    body is not one: semhist stores what the model said, never a guess."""
+    try:
+        data = json.loads(body)
+        message = data["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return _message(message.get("content"), message.get("tool_calls"), data.get("id"))
+
+
+def _message(content: Any, tool_calls: Any, response_id: Any) -> dict[str, Any] | None:
+    if not isinstance(content, str):
+        content = None
+    calls = [c for c in tool_calls or () if isinstance(c, dict)] if isinstance(tool_calls, list) else []
+    if not content and not calls:
+        return None
+    out: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        out["tool_calls"] = calls
+    if isinstance(response_id, str) and response_id:
+        out["id"] = f"{response_id}:reply"  # a redelivered completion is stored once
+    return out
+
+
+class StreamReply:
+    """Reads a stream of chat-completion chunks as it passes: the reply's text and tool calls
+    (whose ids, names and argument pieces arrive spread over chunks, by index)."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self.response_id: str | None = None
+        self.done = False  # the stream said [DONE] or gave a finish_reason
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take the next bytes; True when they hold the end of the stream (data: [DONE])."""
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        ended = False
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = ended = True
+            else:
+                self._event(data)
+        return ended
+
+    def _event(self, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+            choice = event["choices"][0] if event.get("choices") else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        if isinstance(event.get("id"), str):
+            self.response_id = event["id"]
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            return
+        delta = choice.get("delta") or {}
+        if isinstance(delta.get("content"), str):
+            self._text.append(delta["content"])
+        for piece in delta.get("tool_calls") or ():
+            if isinstance(piece, dict):
+                self._call_piece(piece)
+        if choice.get("finish_reason"):
+            self.done = True
+
+    def _call_piece(self, piece: dict[str, Any]) -> None:
+        index = piece.get("index") if isinstance(piece.get("index"), int) else 0
+        call = self._calls.setdefault(index,
+                                      {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if isinstance(piece.get("id"), str) and piece["id"]:
+            call["id"] = piece["id"]
+        function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+        for part in ("name", "arguments"):
+            if isinstance(function.get(part), str):
+                call["function"][part] += function[part]
+
+    def message(self) -> dict[str, Any] | None:
+        calls = [self._calls[i] for i in sorted(self._calls) if self._calls[i]["id"]]
+        return _message("".join(self._text), calls, self.response_id) if self.done else None
