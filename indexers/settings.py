@@ -168,6 +168,9 @@ class Settings:
                                                                 "(a local model on a busy CPU takes minutes)")
     # Only from the environment (SEMHIST_API_TOKEN): a flag would show the secret in `ps`.
     api_token: str | None = field(default=None, repr=False)
+    # SEMHIST_UPSTREAM_API_KEY: the key for --upstream (the OpenAI/Azure keys are only ever sent
+    # to the endpoints their own variables name)
+    upstream_api_key: str | None = field(default=None, repr=False)
     llm: LLMConfig | None = None
 
     @classmethod

@@ -41,14 +41,17 @@ U1, A1, U2, A2, U3 = ("user", "hi"), ("assistant", "hello"), ("user", "ramen?"),
 
 
 @pytest.mark.parametrize("thread,request_,new", [
-    ([U1, A1], [U2], 0),  # the new turn alone
+    ([U1, A1], [U2], None),  # the new turn alone: lines up nowhere, all of it is new
     ([U1, A1], [U1, A1, U2], 2),  # the whole client history
     ([U1, A1, U2, A2], [U2, A2, U3], 2),  # a client that sends the last few turns
     ([U1, A1, U2, A2], [U1, A1, U2], 3),  # a retry whose answer never arrived: nothing new
     ([U1, A1, U2], [U2], 1),  # a retry before any answer was stored
-    ([U1, ("user", "more"), A1], [("user", "more")], 0),  # "more" said again is said again
+    ([U1, ("user", "more"), A1], [("user", "more")], None),  # "more" said again is said again
     ([U2, A2], [U1, A1, U2, A2, U3], 4),  # history from before semhist saw the thread
-    ([], [U1, A1, U2], 0),
+    ([], [U1, A1, U2], None),
+    ([U1, A1, U2, A2], [U1, A1, ("user", "ramen? (edited)")], None),  # edited: the caller stores its turn
+    ([("user", "yes"), ("assistant", "Go on?"), ("user", "yes"), ("assistant", "Go on?")],
+     [("user", "yes"), ("assistant", "Go on?"), ("user", "yes")], 2),  # the end, not a retry
 ])
 def test_new_messages_start_where_the_request_lines_up_with_the_thread(thread, request_, new):
     assert first_unseen(stored(*thread), sent(*request_)) == new
@@ -79,18 +82,26 @@ def test_a_streamed_reply_is_read_whatever_the_chunk_boundaries():
                                       "function": {"name": "get_", "arguments": '{"ci'}}]}),
                chunk({"tool_calls": [{"index": 0, "function": {"name": "weather", "arguments": 'ty": "Tokyo"}'}}]}),
                chunk({}, "tool_calls"))
-    want = {"role": "assistant", "content": "ラーメン", "id": "chatcmpl-7:reply", "tool_calls": [CALL]}
+    want = {"role": "assistant", "content": "ラーメン", "tool_calls": [CALL]}
+    keys = set()
     for size in (1, 7, 64, len(body)):
         reader = StreamReply()
         ended = [reader.feed(body[i:i + size]) for i in range(0, len(body), size)]
         assert sum(ended) == 1  # the end is seen once, when the [DONE] line is complete
-        assert reader.message() == want
+        got = reader.message()
+        keys.add(got.pop("id"))
+        assert got == want
+    assert len(keys) == 1 and keys.pop().startswith("chatcmpl-7:")
 
 
 def test_a_reply_is_only_what_the_model_said():
-    assert reply_of(b'{"id": "c1", "choices": [{"message": {"role": "assistant", "content": "ok"}}]}') == \
-        {"role": "assistant", "content": "ok", "id": "c1:reply"}
-    for body in (b"<html>", b'{"choices": []}', b"\xff", b'{"choices": [{"message": {"content": ""}}]}'):
+    ok = reply_of(b'{"id": "c1", "choices": [{"message": {"role": "assistant", "content": "ok"}}]}')
+    assert {k: v for k, v in ok.items() if k != "id"} == {"role": "assistant", "content": "ok"}
+    # servers that reuse completion ids (a counter, a small random number): two answers, two keys
+    other = reply_of(b'{"id": "c1", "choices": [{"message": {"role": "assistant", "content": "no"}}]}')
+    assert ok["id"].startswith("c1:") and other["id"] != ok["id"]
+    for body in (b"<html>", b'{"choices": []}', b"\xff", b'{"choices": [{"message": {"content": ""}}]}',
+                 b'{"choices": [{"message": "hello"}]}', b'{"choices": [{"message": null}]}'):
         assert reply_of(body) is None
     assert StreamReply().message() is None  # a stream that never ended stores nothing
 
@@ -100,6 +111,13 @@ def test_the_upstream_comes_from_the_flag_or_the_llm_variables():
         upstream_of(Settings.load(env={}))
     local = upstream_of(Settings.load(env={}, upstream="http://127.0.0.1:8080/v1/"))
     assert local.url == "http://127.0.0.1:8080/v1/chat/completions" and local.uses_client_key
+    # the OpenAI key is for OpenAI: --upstream gets SEMHIST_UPSTREAM_API_KEY or the client's own
+    env = {"OPENAI_API_KEY": "sk-openai"}
+    assert upstream_of(Settings.load(env=env, upstream="http://gw/v1?x=1")).headers == {}
+    assert upstream_of(Settings.load(env=env, upstream="http://gw/v1?x=1")).url == "http://gw/v1/chat/completions?x=1"
+    assert upstream_of(Settings.load(env={**env, "SEMHIST_UPSTREAM_API_KEY": "gw"}, upstream="http://gw/v1")
+                       ).headers == {"Authorization": "Bearer gw"}
+    assert upstream_of(Settings.load(env=env)).headers == {"Authorization": "Bearer sk-openai"}
     azure = LLMConfig("azure", "gpt-4o", api_key="k", base_url="https://x.openai.azure.com/", api_version="2024-10-21")
     up = upstream_of(Settings.load(env={}, llm=azure))
     assert up.url == "https://x.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
@@ -235,6 +253,12 @@ def test_an_unreachable_upstream_is_a_502_and_the_request_is_kept(tmp_path, cach
         assert count(server, "down") == 1  # nothing lost: the next request finds it (and stores it once)
         with pytest.raises(openai.APIStatusError):
             client(server, "down").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert count(server, "down") == 1
+        # refused before anything is stored: an unknown strategy, a request with no text
+        for headers, messages in (({"X-Semhist-Strategy": "bogus"}, [{"role": "user", "content": "new"}]),
+                                  ({}, [{"role": "user", "content": " "}])):
+            with pytest.raises(openai.UnprocessableEntityError):
+                client(server, "down").chat.completions.create(model="m", messages=messages, extra_headers=headers)
         assert count(server, "down") == 1
     finally:
         server.stop()

@@ -188,9 +188,11 @@ def end_with_turn(messages: list[dict[str, Any]], turn: Sequence[Mapping[str, An
 
 
 def said(message: Mapping[str, Any]) -> tuple:
-    """What a message said, whatever form it came in: role, text, tool call ids."""
+    """What a message said, whatever form it came in: role, text, tool call ids. Tool calls
+    and results are known by their ids alone (in a masked thread the stored text differs)."""
     calls = tuple(c.get("id") for c in message.get("tool_calls") or ())
-    return message.get("role"), _text_of(message.get("content")) or "", message.get("tool_call_id"), calls
+    text = "" if calls or message.get("tool_call_id") else _text_of(message.get("content")) or ""
+    return message.get("role"), text, message.get("tool_call_id"), calls
 
 
 def _text_of(content: Any) -> str | None:

@@ -17,22 +17,26 @@ the prompt's system prompt, not stored as part of the conversation.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import threading
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from indexers.errors import ConfigError, InputError
-from indexers.loader import build_thread, content_size, resolve_zone
+from indexers.loader import build_thread, check_request, content_size, resolve_zone
 from indexers.model import Message
 from indexers.settings import Budget, Settings
 from indexers.store import StoredMessage, check_thread_id, thread_id_for
+from indexers.tokens import count_messages
 
 from ..history import History
+from ..pipeline import get_strategy
 from ..pipeline.assemble import end_with_turn
 from .errors import TooLarge
 
 THREAD_HEADER = "x-semhist-thread"
-OURS = ("id", "timestamp")  # semhist's own message fields: read here, never forwarded
+OURS = ("id", "timestamp", "speaker")  # semhist's own message fields: read here, never forwarded
 INSTRUCTIONS = ("system", "developer")
 REPLIES = 8  # stored replies (and tool turns) a retry may find after the request it repeats
 
@@ -59,8 +63,11 @@ def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
 
 
 def prepare(history: History, settings: Settings, thread_id: str, body: dict[str, Any], *,
-            budget: Budget | None = None, strategy: str = "blocks") -> Turn:
-    """Store what is new, build the prompt; nothing is forwarded yet."""
+            budget: Budget | None = None, strategy: str = "blocks", model: str | None = None) -> Turn:
+    """Check everything, store what is new, build the prompt; nothing is forwarded yet."""
+    get_strategy(strategy)  # an unknown name is refused before anything is stored
+    if not body.get("model") and not model:
+        raise InputError("model: name the model (the upstream has no default)", field="model")
     sent = body.get("messages")
     if not isinstance(sent, list) or not sent or not all(isinstance(m, dict) for m in sent):
         raise InputError("messages: expected a non-empty list of message objects", field="messages")
@@ -69,19 +76,44 @@ def prepare(history: History, settings: Settings, thread_id: str, body: dict[str
             raise TooLarge(f"messages[{i}].content: {content_size(m.get('content'))} characters; at most "
                            f"{settings.max_message_chars}", index=i, field="content")
     lead = next((i for i, m in enumerate(sent) if m.get("role") not in INSTRUCTIONS), len(sent))
-    conversation = sent[lead:]
+    conversation = [_said_nothing(m) for m in sent[lead:]]
     users = [i for i, m in enumerate(conversation) if m.get("role") == "user"]
     if not users:
         raise InputError("messages: no user message after the system messages", field="messages")
-    parsed = _parsed(settings, thread_id, conversation, offset=lead)
-    added = _store_unseen(history, thread_id, conversation, parsed)
     current = users[-1]
+    parsed = _parsed(settings, thread_id, conversation, offset=lead)
+    check_request(parsed[current].content, settings.max_message_chars)
+    with _lock(thread_id):  # two requests for one thread must not both store its turn
+        added = _store_unseen(history, settings, thread_id, conversation, parsed, current)
     result = history.ask(thread_id, parsed[current].content, strategy=strategy, budget=budget,
                          system_prompt=_instructions(sent[:lead]))
     prompt = end_with_turn(list(result.prompt.messages), [_forwarded(m) for m in conversation[current:]])
     out = {k: v for k, v in body.items() if k != "messages"}
     out["messages"] = prompt
-    return Turn(thread_id, out, added, result.prompt.tokens, result.full_tokens)
+    out["model"] = body.get("model") or model
+    return Turn(thread_id, out, added, count_messages(prompt), result.full_tokens)
+
+
+_locks: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+_locks_guard = threading.Lock()
+
+
+def _lock(thread_id: str) -> threading.Lock:
+    """The thread's lock in this process, held only while someone uses it (so the map stays
+    as small as the requests in flight)."""
+    with _locks_guard:
+        lock = _locks.get(thread_id)
+        if lock is None:
+            lock = _locks[thread_id] = threading.Lock()
+        return lock
+
+
+def _said_nothing(m: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message without content or calls (a refusal, echoed back by the client)
+    as the text it carries, so it is neither refused nor lost."""
+    if m.get("role") == "assistant" and m.get("content") is None and not m.get("tool_calls"):
+        return {**m, "content": m.get("refusal") if isinstance(m.get("refusal"), str) else ""}
+    return m
 
 
 def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any]], offset: int) -> list[Message]:
@@ -99,45 +131,56 @@ def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any
     return list(thread.messages)
 
 
-def _store_unseen(history: History, thread_id: str, conversation: list[dict[str, Any]],
-                  parsed: list[Message]) -> int:
+def _store_unseen(history: History, settings: Settings, thread_id: str, conversation: list[dict[str, Any]],
+                  parsed: list[Message], current: int) -> int:
     marker = history.store.marker(thread_id)
     stored = history.store.messages(thread_id, last=len(conversation) + REPLIES) if marker is not None else []
     masker = history.ingestor.masker(marker.pii) if marker is not None else None
     start = first_unseen(stored, parsed, masker)
+    if start is None:
+        # Nothing lines up with a thread that has messages: the client edited or regenerated
+        # turns, or keeps its copy otherwise. Its current turn is what is new; the rest would
+        # be its whole history stored a second time.
+        start = current if stored else 0
     new = conversation[start:]
+    if len(new) > settings.max_batch:
+        raise TooLarge(f"{len(new)} new messages in one request; at most {settings.max_batch} (SEMHIST_MAX_BATCH): "
+                       "store a long history with POST /v1/threads/{id}/messages first")
     if not new:
         return 0
     return history.add_many(thread_id, [{k: v for k, v in m.items() if k in _STORED} for m in new]).added
 
 
-_STORED = ("role", "content", "name", "tool_calls", "tool_call_id", "id", "timestamp")
+_STORED = ("role", "content", "name", "speaker", "tool_calls", "tool_call_id", "id", "timestamp")
 
 
-def first_unseen(stored: Sequence[StoredMessage], sent: Sequence[Message], masker=None) -> int:
-    """Where the new messages of `sent` start. They line up with the stored thread where a
-    stretch at their start is the thread's end (a client sending its whole history), or its
-    end but for the replies after it (a retry that never got its answer: two messages at
-    least, since a lone "continue" said twice is said twice), or where the whole thread lies
-    within them (a client whose history reaches back before semhist saw it). A single new
-    turn lines up nowhere: all of it is new (0)."""
-    def same(s: StoredMessage, m: Message) -> bool:
-        text = masker(m.content) if masker and m.content else m.content
-        return (s.role == m.role and s.content == text and s.tool_call_id == m.tool_call_id
+def first_unseen(stored: Sequence[StoredMessage], sent: Sequence[Message], masker=None) -> int | None:
+    """Where the new messages of `sent` start, or None when they line up nowhere. They line
+    up with the stored thread where a stretch at their start is the thread's end (a client
+    sending its whole history or its last turns), else where it is the thread's end but for
+    the replies after it (a retry that never got its answer: two messages at least, since a
+    lone "continue" said twice is said twice), else where the whole thread lies within them
+    (a client whose history reaches back before semhist saw it)."""
+    texts = [masker(m.content) if masker and m.content else m.content for m in sent]
+
+    def same(s: StoredMessage, i: int) -> bool:
+        m = sent[i]
+        return (s.role == m.role and s.content == texts[i] and s.tool_call_id == m.tool_call_id
                 and _call_ids(s.tool_calls) == _call_ids(m.tool_calls))
 
     def ends_at(e: int, p: int) -> bool:  # sent[:p] == stored[e - p:e]
-        return all(same(stored[e - p + i], sent[i]) for i in range(p))
+        return all(same(stored[e - p + i], i) for i in range(p))
 
     n = len(stored)
-    ends = [n] + [e for e in range(n - 1, max(n - REPLIES, 0) - 1, -1)
-                  if all(stored[k].role != "user" for k in range(e, n))]
-    found = [(p, e == n) for e in ends for p in range(min(len(sent), e), 1 if e < n else 0, -1) if ends_at(e, p)]
-    if found:
-        return max(found)[0]
-    inside = (p for p in range(n + 1, len(sent) + 1)
-              if n and all(same(stored[i], sent[p - n + i]) for i in range(n)))
-    return next(inside, 0)
+    at_end = next((p for p in range(min(len(sent), n), 0, -1) if ends_at(n, p)), None)
+    if at_end is not None:
+        return at_end
+    replies = [e for e in range(n - 1, max(n - REPLIES, 0) - 1, -1) if all(s.role != "user" for s in stored[e:])]
+    retried = [p for e in replies for p in range(min(len(sent), e), 1, -1) if ends_at(e, p)]
+    if retried:
+        return max(retried)
+    return next((p for p in range(n + 1, len(sent) + 1)
+                 if n and all(same(stored[i], p - n + i) for i in range(n))), None)
 
 
 def _call_ids(calls) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from typing import Annotated, Any
 
@@ -13,7 +14,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexers.errors import InputError, SemhistError
+from indexers.errors import SemhistError
 from indexers.settings import Settings
 
 from ..history import History
@@ -29,6 +30,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "the upstream model's chat completion, unchanged (server-sent events when streaming)",
           "content": {"application/json": {}, "text/event-stream": {}}},
     **{code: {"model": Error} for code in (400, 401, 404, 413, 422, 502, 503, 504)}}
+
+
+# response headers an OpenAI client acts on (backoff, tracing); x-ratelimit-* too
+RELAYED = ("retry-after", "retry-after-ms", "x-should-retry", "x-request-id", "openai-processing-ms")
+PASSED_ON = ("openai-organization", "openai-project", "openai-beta")  # request headers for the upstream
 
 
 class ChatCompletionRequest(BaseModel):
@@ -60,17 +66,12 @@ def chat_api(settings: Settings) -> APIRouter:
         data = body.model_dump(exclude_unset=True)
         thread = chat.thread_of(request.headers, data)
         history: History = request.app.state.history
-        prepare = functools.partial(chat.prepare, history, settings, thread, data,
+        prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
                                     budget=chat.budget_of(x_semhist_budget), strategy=x_semhist_strategy or "blocks")
         turn = await _in_pool(request, prepare)
         metrics().added.inc(turn.added)
         metrics().prompt_tokens.inc(turn.prompt_tokens)
         metrics().full_tokens.inc(turn.full_tokens)
-        if not turn.body.get("model"):
-            if not upstream.model:
-                raise InputError("model: name the model (the upstream has no default: set SEMHIST_LLM_MODEL)",
-                                 field="model")
-            turn.body["model"] = upstream.model
         ours = {"X-Semhist-Thread": thread, "X-Semhist-Prompt-Tokens": str(turn.prompt_tokens),
                 "X-Semhist-Stored": str(turn.added)}
         forward = Forward(request, upstream, turn, ours, _upstream_headers(request, upstream, settings))
@@ -91,7 +92,7 @@ class Forward:
             answer = await _client(self.request).post(self.upstream.url, json=self.turn.body, headers=self.headers)
         if answer.is_success:
             await self._store(reply_of(answer.content))
-        return Response(answer.content, status_code=answer.status_code, headers=self.ours,
+        return Response(answer.content, status_code=answer.status_code, headers=self._headers(answer),
                         media_type=answer.headers.get("content-type", "application/json"))
 
     async def stream(self) -> Response:
@@ -100,29 +101,48 @@ class Forward:
             answer = await client.send(client.build_request("POST", self.upstream.url, json=self.turn.body,
                                                             headers=self.headers), stream=True)
         if not answer.is_success:
-            async with _errors(self.upstream):
-                content = await answer.aread()
-            await answer.aclose()
-            return Response(content, status_code=answer.status_code, headers=self.ours,
-                            media_type=answer.headers.get("content-type", "application/json"))
-
-        async def relay():
-            reader, stored = StreamReply(), False
             try:
-                async for chunk in answer.aiter_bytes():
-                    if reader.feed(chunk) and not stored:
-                        stored = True  # before the client sees the end: its next turn finds the reply
-                        await self._store(reader.message())
-                    yield chunk
-                if not stored:
-                    await self._store(reader.message())
-            except Exception as exc:  # the upstream went away mid-stream: the client sees the stream end
-                log.warning("%s: the upstream stream broke off: %s", self.turn.thread_id, exc)
+                async with _errors(self.upstream):
+                    content = await answer.aread()
             finally:
                 await answer.aclose()
-
-        return StreamingResponse(relay(), status_code=answer.status_code, headers=self.ours,
+            return Response(content, status_code=answer.status_code, headers=self._headers(answer),
+                            media_type=answer.headers.get("content-type", "application/json"))
+        headers = {**self._headers(answer), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(self._relay(answer), status_code=answer.status_code, headers=headers,
                                  media_type=answer.headers.get("content-type", "text/event-stream"))
+
+    async def _relay(self, answer):
+        """The upstream's bytes as they come. The reply is stored when the end is seen, before
+        the client gets it: its next turn finds the reply. An upstream that breaks off mid-stream
+        ends the client's stream with an error event, not as if the answer were complete."""
+        reader, stored = StreamReply(), False
+        try:
+            async for chunk in answer.aiter_bytes():
+                try:
+                    ended = reader.feed(chunk)
+                except Exception as exc:  # reading for the store must never stop the relay
+                    log.warning("%s: a stream chunk could not be read: %s", self.turn.thread_id, exc)
+                    ended = False
+                if ended and not stored:
+                    stored = True
+                    await self._store(reader.message())
+                yield chunk
+            if not stored:
+                await self._store(reader.message())
+        except Exception as exc:  # the client's SDK raises on an error event instead of ending quietly
+            log.warning("%s: the upstream stream broke off: %s: %s", self.turn.thread_id, type(exc).__name__, exc)
+            event = {"error": {"type": "upstream_unavailable", "message": f"the upstream stream broke off: "
+                                                                          f"{type(exc).__name__}"}}
+            yield b"\n\ndata: " + json.dumps(event).encode() + b"\n\n"
+        finally:
+            await answer.aclose()
+
+    def _headers(self, answer) -> dict[str, str]:
+        """Ours, and the upstream's that a client acts on (rate limits, retry hints, request id)."""
+        theirs = {k: v for k, v in answer.headers.items() if k.lower() in RELAYED or k.lower().startswith(
+            "x-ratelimit-")}
+        return {**theirs, **self.ours}
 
     async def _store(self, reply: dict[str, Any] | None) -> None:
         if reply is None:
@@ -159,6 +179,7 @@ def _upstream_headers(request: Request, upstream: Upstream, settings: Settings) 
     """Our key for the upstream; without one, the client's own bearer token goes on, unless
     it is semhist's token (a server with SEMHIST_API_TOKEN keeps that to itself)."""
     headers = dict(upstream.headers)
+    headers.update({k: v for k, v in request.headers.items() if k.lower() in PASSED_ON})
     given = request.headers.get("authorization")
     if upstream.uses_client_key and given and settings.api_token is None:
         headers["Authorization"] = given

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+import hashlib
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from indexers.errors import ConfigError
 from indexers.settings import Settings
@@ -26,15 +27,17 @@ class Upstream:
 
 
 def upstream_of(settings: Settings) -> Upstream:
-    """`--upstream URL`, else the LLM endpoint the OpenAI/Azure variables describe."""
-    llm = settings.llm
-    key = llm.api_key if llm is not None and llm.api_key not in (None, "not-needed") else None
+    """`--upstream URL` (with SEMHIST_UPSTREAM_API_KEY, if any), else the LLM endpoint the
+    OpenAI/Azure variables describe, with their key."""
     if settings.upstream:
-        return Upstream(_completions(settings.upstream), _bearer(key), llm.model if llm else None, key is None)
+        key = settings.upstream_api_key
+        return Upstream(_completions(settings.upstream), _bearer(key), None, key is None)
+    llm = settings.llm
     if llm is None:
         raise ConfigError("no upstream model for /v1/chat/completions: start semhist serve with --upstream URL "
                           "(e.g. http://127.0.0.1:8080/v1 for semhist llm-server), or set OPENAI_BASE_URL / "
                           "OPENAI_API_KEY or AZURE_OPENAI_ENDPOINT")
+    key = llm.api_key if llm.api_key not in (None, "not-needed") else None
     if llm.provider == "azure":
         url = (f"{llm.base_url.rstrip('/')}/openai/deployments/{quote(llm.model, safe='')}/chat/completions"
                f"?api-version={quote(llm.api_version or '', safe='')}")
@@ -43,8 +46,11 @@ def upstream_of(settings: Settings) -> Upstream:
 
 
 def _completions(base: str) -> str:
-    base = base.rstrip("/")
-    return base if base.endswith("/chat/completions") else base + "/chat/completions"
+    url = urlsplit(base)
+    path = url.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions"
+    return urlunsplit(url._replace(path=path))
 
 
 def _bearer(key: str | None) -> dict[str, str]:
@@ -59,6 +65,8 @@ def reply_of(body: bytes) -> dict[str, Any] | None:
         message = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+    if not isinstance(message, dict):
+        return None
     return _message(message.get("content"), message.get("tool_calls"), data.get("id"))
 
 
@@ -72,7 +80,10 @@ def _message(content: Any, tool_calls: Any, response_id: Any) -> dict[str, Any] 
     if calls:
         out["tool_calls"] = calls
     if isinstance(response_id, str) and response_id:
-        out["id"] = f"{response_id}:reply"  # a redelivered completion is stored once
+        # a redelivered completion is stored once; the digest because some servers reuse ids
+        # (a counter, a small random number), and two answers must not pass for one
+        said = json.dumps([content, calls], sort_keys=True, ensure_ascii=False)
+        out["id"] = f"{response_id[:200]}:{hashlib.sha256(said.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
     return out
 
 
@@ -112,10 +123,11 @@ class StreamReply:
             self.response_id = event["id"]
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             return
-        delta = choice.get("delta") or {}
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
         if isinstance(delta.get("content"), str):
             self._text.append(delta["content"])
-        for piece in delta.get("tool_calls") or ():
+        pieces = delta.get("tool_calls")
+        for piece in pieces if isinstance(pieces, list) else ():
             if isinstance(piece, dict):
                 self._call_piece(piece)
         if choice.get("finish_reason"):
