@@ -53,6 +53,8 @@ def ask_dict(result: AskResult) -> dict[str, Any]:
         out["evidence_kept"] = {"kept": len(kept & set(truth.relevant)), "of": len(truth.relevant)}
     if result.answer is not None:
         out["answer"] = result.answer
+    if result.answer_error is not None:
+        out["answer_error"] = result.answer_error
     return out
 
 

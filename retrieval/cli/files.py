@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from indexers.errors import ConfigError, InputError
+from indexers.errors import BackendError, ConfigError, InputError
 from indexers.loader import load
 from indexers.settings import Budget, Settings
 
@@ -91,6 +91,9 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else render.ask_text(data))
     finally:
         owner.close()
+    if result.answer_error is not None:  # after the prompt: what was built is not lost with the answer
+        raise BackendError(f"no answer: {result.answer_error} (the prompt above is complete; a slow model "
+                           f"needs a longer --llm-timeout, now {settings.llm_timeout:g} s)")
     return 0
 
 

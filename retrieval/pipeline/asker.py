@@ -10,7 +10,7 @@ from datetime import datetime
 import numpy as np
 
 from indexers.embed import Embedder
-from indexers.errors import ConfigError
+from indexers.errors import BackendError, ConfigError
 from indexers.index.thread_index import ThreadIndex
 from indexers.loader import check_request
 from indexers.model import Thread
@@ -41,6 +41,7 @@ class AskResult:
     block_scores: dict[int, float] = field(default_factory=dict)
     selection_ms: float = 0.0
     answer: str | None = None
+    answer_error: str | None = None  # the answer step failed; the prompt stands
     memory: MemoryResult | None = None
 
     @property
@@ -101,5 +102,8 @@ class Asker:
         if self.llm is None:
             raise ConfigError("--answer needs an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY (or the "
                               "AZURE_OPENAI_* variables) and SEMHIST_LLM_MODEL, or run semhist llm-server")
-        reply = self.llm.chat(list(result.prompt.messages), max_tokens=1024)
+        try:
+            reply = self.llm.chat(list(result.prompt.messages), max_tokens=1024)
+        except BackendError as exc:  # the prompt and what was retrieved are still worth showing
+            return replace(result, answer_error=str(exc))
         return replace(result, answer=reply)
