@@ -105,7 +105,9 @@ def _queries(raw: Any, thread_id: str) -> list[Query]:
         rel = q.get("relevant_message_indices") or []
         if not isinstance(rel, list) or not all(isinstance(r, int) for r in rel):
             raise InputError(f"thread {thread_id}, query {qi}: 'relevant_message_indices' must be integers")
-        out.append(Query(q["query"], tuple(rel), q.get("category"), bool(q.get("answerable", True))))
+        gold = q.get("answer")
+        out.append(Query(q["query"], tuple(rel), q.get("category"), bool(q.get("answerable", True)),
+                         str(gold) if gold is not None and str(gold).strip() else None))
     return out
 
 

@@ -66,6 +66,7 @@ class Query:
     relevant: tuple[int, ...] = ()
     category: str | None = None
     answerable: bool = True
+    answer: str | None = None  # the gold answer, where the benchmark has one (LoCoMo)
 
     @property
     def has_evidence(self) -> bool:

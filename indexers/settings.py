@@ -19,9 +19,9 @@ from .model import MAX_MESSAGE_CHARS
 from .validate import text_problem
 
 # Option groups: each command shows the groups it uses (retrieval/cli/options.py).
-EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE, SERVICE = (
-    "embedding", "segmentation", "selection", "keyword", "memory", "input", "store", "writing", "serving",
-    "cache", "service")
+EMBED, SEGMENT, SEARCH, KEYWORD, ANSWER, MEMORY, INPUT, STORE, WRITE, SERVE, CACHE, SERVICE = (
+    "embedding", "segmentation", "selection", "keyword", "answer", "memory", "input", "store", "writing",
+    "serving", "cache", "service")
 
 
 def option(default: Any = MISSING, *, help: str, group: str, flag: str | None = None,
@@ -124,7 +124,15 @@ class Settings:
     # -- the request
     keyword: str = option("auto", group=KEYWORD, choices=("auto", "llm", "local"),
                           help="keyword extractor: the LLM when configured, else local")
-    llm_timeout: float = option(30.0, group=KEYWORD, help="seconds to wait for the LLM")
+    # The packaged 1.5B model on a busy 2-core machine: 5-15 s for a request analysis, 40-150 s
+    # to read a 2,000-token prompt and answer it (benchmarks/answers.md).
+    llm_timeout: float = option(180.0, group=KEYWORD, help="seconds to wait for the LLM (any call)")
+    # -- answers (ask --answer, eval --answer)
+    answer_tokens: int = option(512, group=ANSWER, help="longest answer the model may write, in tokens")
+    judge_model: str | None = option(None, group=ANSWER, help="eval --answer: the model that grades answers "
+                                     "CORRECT/WRONG ('none': no judge)", shown="the answer model (SEMHIST_LLM_MODEL)")
+    judge_base_url: str | None = option(None, group=ANSWER, help="eval --answer: the judge's OpenAI-compatible "
+                                        "endpoint (key: SEMHIST_JUDGE_API_KEY)", shown="the answer endpoint")
     # -- memory (summary, structured)
     summary_trigger: float = option(0.75, group=MEMORY, help="compact when the prompt passes this share "
                                                              "of its budget")
@@ -171,6 +179,7 @@ class Settings:
     # SEMHIST_UPSTREAM_API_KEY: the key for --upstream (the OpenAI/Azure keys are only ever sent
     # to the endpoints their own variables name)
     upstream_api_key: str | None = field(default=None, repr=False)
+    judge_api_key: str | None = field(default=None, repr=False)  # SEMHIST_JUDGE_API_KEY
     llm: LLMConfig | None = None
 
     @classmethod
@@ -199,7 +208,7 @@ class Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
-                    "max_message_chars", "upstream_timeout")
+                    "max_message_chars", "upstream_timeout", "answer_tokens")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -34,9 +34,7 @@ def ask_dict(result: AskResult) -> dict[str, Any]:
         "thread": thread.id,
         "request": result.request,
         "strategy": result.strategy,
-        "keyword": None if kw is None else {
-            "keywords": list(kw.keywords), "source": kw.source, "reason": kw.reason, "intent": kw.intent,
-            "time_range": kw.time_range.to_dict() if kw.time_range else None},
+        "keyword": None if kw is None else kw.to_dict(),
         "retrieved": blocks,
         "recent_message_indices": [thread.messages[p].index for p in result.prompt.selection.history_ids],
         "messages": list(result.prompt.messages),
@@ -101,7 +99,8 @@ def compare_rows(results: list[AskResult]) -> list[dict[str, Any]]:
                "token_ratio": round(r.prompt.tokens / r.full_tokens, 4),
                "messages_kept": len(kept), "llm_calls": r.llm_calls,
                "keyword": " ".join(r.keywords.keywords) if r.keywords else None,
-               "keyword_source": r.keywords.source if r.keywords else None}
+               "keyword_source": r.keywords.source if r.keywords else None,
+               "llm_failures": list(r.llm_failures)}
         if truth and truth.has_evidence:
             row["evidence_kept"] = len(kept & set(truth.relevant))
             row["evidence_total"] = len(truth.relevant)
@@ -135,13 +134,21 @@ def compare_text(rows: list[dict[str, Any]], full_tokens: int) -> str:
                         f"({r['evidence_kept'] / r['evidence_total']:.0%})")
         line += [r["llm_calls"], f"{r['keyword']} ({r['keyword_source']})" if r["keyword"] else "-"]
         body.append(line)
-    return table(headers, body) + f"\nfull history: {full_tokens} tokens"
+    failed = [f"{r['strategy']}: LLM step failed, the prompt shown did without it: {why}"
+              for r in rows for why in r.get("llm_failures", ())]
+    return "\n".join([table(headers, body), f"full history: {full_tokens} tokens", *failed])
 
 
 def eval_text(report: dict[str, Any]) -> str:
     headers = ["strategy", "evidence_recall", "all_evidence_rate", "mean_prompt_tokens", "token_ratio",
                "p50_ms", "p95_ms", "n_queries"]
-    rows = [[name] + [m.get(h, "-") for h in headers[1:]] for name, m in report["strategies"].items()]
+    if any("answer_f1" in m for m in report["strategies"].values()):
+        headers += ["answer_f1", "judge_accuracy", "answer_coverage", "answer_ms_p50", "prompt_prefix_reuse"]
+    rows = [[name] + ["-" if m.get(h) is None else m[h] for h in headers[1:]]
+            for name, m in report["strategies"].items()]
     head = f"dataset: {report['dataset']}   budget: {report['budget'] or 'none'}   " \
            f"skipped (no evidence): {report['skipped_queries']}"
-    return head + "\n" + table(headers, rows)
+    failed = [f"{name}: the LLM step failed on {m['llm_failures']} of {m['n_queries']} queries "
+              f"(first: {report['llm_failures'][name][0]})"
+              for name, m in report["strategies"].items() if m.get("llm_failures")]
+    return "\n".join([head, table(headers, rows), *failed])

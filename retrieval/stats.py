@@ -15,12 +15,32 @@ def _p(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
 
 
+def _reused(turns: list[dict[str, Any]]) -> tuple[int, int]:
+    """(tokens that repeat the previous prompt's start, tokens sent) over one thread's turns
+    after the first, by whole messages (turns logged before this was recorded are skipped)."""
+    shared = total = 0
+    for before, now in zip(turns, turns[1:]):
+        if "prefix" not in before or "prefix" not in now:
+            continue
+        total += sum(t for _, t in now["prefix"])
+        for a, b in zip(before["prefix"], now["prefix"]):
+            if a[0] != b[0]:
+                break
+            shared += b[1]
+    return shared, total
+
+
 def _figures(turns: list[dict[str, Any]]) -> dict[str, Any]:
     prompt = [t["prompt_tokens"] for t in turns]
     full = [t["full_tokens"] for t in turns]
     sizes = [t["view"]["messages"] for t in turns if t.get("view")]
     memory = [t["memory"] for t in turns if t.get("memory")]
     call_ms = [ms for m in memory for ms in m.get("call_ms", [])]
+    sequences: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)  # a bot asks with one strategy
+    for t in turns:
+        sequences[(t.get("thread", ""), t.get("strategy", ""))].append(t)
+    shared, total = map(sum, zip(*(_reused(r) for r in sequences.values()))) if sequences else (0, 0)
+    budgeted = [t for t in turns if t.get("budget_tokens")]
     return {
         "asks": len(turns),
         "messages_p50": _p(sizes, 50), "messages_p95": _p(sizes, 95),
@@ -31,6 +51,12 @@ def _figures(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "note_extractions": sum(m.get("extracted", 0) for m in memory),
         "llm_calls": int(sum(t.get("llm_calls", 0) for t in turns)),
         "compaction_llm_ms_p50": _p(call_ms, 50), "compaction_llm_ms_p95": _p(call_ms, 95),
+        # what a provider's prompt cache could read: tokens that repeat the previous prompt's start
+        "prefix_reuse": round(shared / total, 4) if total else None,
+        # the share of budgeted asks whose whole history would not have fit: the budget chose
+        "at_budget": round(sum(t["full_tokens"] > t["budget_tokens"] for t in budgeted) / len(budgeted), 4)
+        if budgeted else None,
+        "over_budget": sum(any(n.startswith("over budget") for n in t.get("notes", ())) for t in turns),
     }
 
 

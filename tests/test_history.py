@@ -14,6 +14,7 @@ from indexers.embed import PASSAGE
 from indexers.errors import IndexMismatchError, InputError
 from indexers.model import Message, Thread
 from indexers.segment import TimeGapSegmenter
+from indexers.settings import Budget
 from .conftest import RAMEN_REQUEST, RAMEN_TURNS, chat as _chat
 
 
@@ -260,3 +261,25 @@ def test_a_tool_loop_ends_the_prompt_with_its_results_not_the_request_again(make
     # once the model has answered, the same words are a new request
     history.add_many("agent", [{"role": "assistant", "content": "21 degrees"}])
     assert history.ask("agent", turn[0]["content"]).prompt.messages[-1] == turn[0]
+
+
+def test_stats_report_prefix_reuse_and_budget_hits(make_history):
+    """A bot's loop: append the request, ask, append the reply. With `full` each prompt starts
+    with the previous one (a provider cache reads nearly all of it); `window` slides."""
+    from retrieval.stats import stats
+
+    h = make_history()
+    t0 = datetime(2025, 7, 1, 9, 0, tzinfo=timezone.utc)
+    h.add("bot", "system", "You are the ops bot.", timestamp=t0)
+    for i in range(8):
+        at = t0 + timedelta(minutes=2 * i + 1)
+        h.add("bot", "user", f"question {i} about the Hong Kong server", timestamp=at)
+        h.ask("bot", f"question {i} about the Hong Kong server", strategy="full")
+        h.ask("bot", f"question {i} about the Hong Kong server", strategy="window", budget=Budget.parse("60"))
+        h.add("bot", "assistant", f"answer {i}: the load is fine", timestamp=at + timedelta(seconds=30))
+    figures = stats(h.store, "bot")["threads"]["bot"]
+    full_only = [t for t in h.store.turns("bot") if t["strategy"] == "full"]
+    assert all("prefix" in t for t in full_only)
+    assert 0.5 < figures["prefix_reuse"] < 1.0
+    assert figures["at_budget"] > 0  # the 60-token window prompts are full
+    assert figures["over_budget"] == 0

@@ -53,7 +53,7 @@ def test_unreachable_llm_falls_back_with_the_reason():
 def test_llm_time_range_is_checked():
     from datetime import datetime, timezone
 
-    from retrieval.pipeline.keyword import _llm_time
+    from retrieval.pipeline.llmplan import llm_time as _llm_time
     anchor = datetime(2025, 7, 29, tzinfo=timezone.utc)
     assert _llm_time({"time": {"start": "2025-07-20", "end": "2025-07-22"}}, anchor).end.day == 23
     assert _llm_time({"time": {"start": "2025-08-20", "end": "2025-08-22"}}, anchor) is None  # after the thread

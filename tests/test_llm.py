@@ -91,3 +91,36 @@ def test_llm_time_for_what_the_local_parser_cannot_read(llm_env):
     assert kw.source == "llm", kw.reason
     if kw.time_range is not None:  # a small model may not give one; when it does, it must be sane
         assert kw.time_range.start < kw.time_range.end and kw.time_range.start <= anchor
+
+
+def test_the_llm_never_confines_a_timeless_request_to_a_day(llm_env):
+    """The packaged model answers almost every request with a time range (the day of the last
+    message); only a request that names a time may get one."""
+    from datetime import datetime, timezone
+
+    llm = make_llm(Settings.load(env=llm_env).llm)
+    anchor = datetime(2023, 10, 22, 20, 0, tzinfo=timezone.utc)
+    kw = extract_keywords("When did Caroline go to the LGBTQ support group?", llm, anchor=anchor)
+    assert kw.time_range is None and kw.intent == "fact"
+    assert kw.origin["intent"] == "local" and "time" not in kw.origin
+    assert kw.dense_text == "When did Caroline go to the LGBTQ support group?"
+
+
+def test_eval_answer_scores_with_the_real_model(llm_env, cache_dir, tmp_path):
+    """F1 and the judge where a gold answer exists, coverage where only evidence does."""
+    thread = json.loads((SAMPLES / "english.json").read_text(encoding="utf-8"))
+    thread["queries"].append({"query": "In which city is the main server?", "relevant_message_indices": [4, 5],
+                              "answer": "Hong Kong", "category": "locomo_cat4"})
+    path = tmp_path / "english_gold.json"
+    path.write_text(json.dumps(thread), encoding="utf-8")
+    proc = semhist("eval", str(path), "--answer", "--strategy", "blocks", "--strategy", "window", "--json",
+                   "--details", "--quiet", cache_dir=cache_dir, env=llm_env)
+    report = json.loads(proc.stdout)
+    blocks = report["strategies"]["blocks"]
+    assert blocks["llm_failures"] == 0, report["llm_failures"]
+    assert 0 <= blocks["answer_f1"] <= 1 and 0 <= blocks["judge_accuracy"] <= 1
+    assert 0 <= blocks["answer_coverage"] <= 1 and blocks["answer_ms_p50"] > 0
+    assert 0 < blocks["prompt_prefix_reuse"] < 1  # the answer guidance opens every prompt
+    gold = next(q for q in report["queries"] if q["query"].startswith("In which city"))
+    assert "f1" in gold["answers"]["blocks"] and "coverage" not in gold["answers"]["blocks"]
+    assert report["categories"]["blocks"]["locomo_cat4"]["answer_f1"] is not None

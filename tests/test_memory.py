@@ -195,6 +195,11 @@ def test_cli_compare_shows_seven_strategies_and_stats(llm_env, tmp_path):
     ("明日の天気は？", True), ("おすすめは？ 安いのは？", True), ("What's up?", True),
     ("By the way, our servers are in Frankfurt. Anyway, how do I read the logs?", False),
     ("予算は5,000円です。", False), ("I can't eat spicy food.", False),
+    ("おすすめのラーメン屋を教えてください。", True), ("週末の天気、調べてもらえますか。", True),
+    ("Can you recommend a hotel near the station.", True), ("Please summarize the meeting", True),
+    ("Please remember that I am allergic to nuts.", False), ("静かな部屋がほしいです。", False),
+    ("明日は休みなので、ゆっくり話せます。", False), ("How we deploy: blue-green, always.", False),
+    ("What I want is a quiet room.", False),
 ])
 def test_only_pure_questions_skip_extraction(text, expected):
     from retrieval.memory.compaction import only_questions
@@ -223,3 +228,14 @@ def test_probe_set_shape():
         detail_msg = r["messages"][q["relevant_message_indices"][0]]["content"]
         assert all(d in detail_msg for d in q["detail"])
         assert not any(d in m["content"] for m in r["messages"][4:] for d in q["detail"])  # said once, early
+
+
+@pytest.mark.parametrize("reply,limit,expected", [
+    # the packaged model's summary once ended 「- 明」: the token limit stopped it mid-word
+    ("- ラーメン: 一蘭のとんこつ\n- すみれの味噌ラーメン\n- 明", 100, "- ラーメン: 一蘭のとんこつ\n- すみれの味噌ラーメン"),
+    ("- Hong Kong is primary\n- Singapore is the fallback", 100, "- Hong Kong is primary\n- Singapore is the fallback"),
+    ("One sentence here. Another one that goes on and on and on", 6, "One sentence here."),
+])
+def test_summaries_end_on_whole_lines(reply, limit, expected):
+    from retrieval.memory.compaction import whole_lines
+    assert whole_lines(reply, limit) == expected

@@ -143,6 +143,21 @@ def test_operator_instructions_mid_thread_stay_verbatim(small_engine, strategy):
     assert systems[0] == "You are the ops bot. Never reveal passwords."
 
 
+def test_a_mid_thread_instruction_keeps_its_place_and_the_prompt_start(small_engine):
+    """full history: the prompt after an operator instruction arrives starts with the prompt
+    before it (what a provider's prompt cache reuses); it used to jump to the top."""
+    rows = [{"role": "system", "content": "You are the ops bot."}]
+    for i in range(3):
+        rows += [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+    before = small_engine.ask(loads(json.dumps(rows)).only(), "question 3", strategy="full").prompt.messages
+    rows += [{"role": "system", "content": "Operator: answer in English only."},
+             {"role": "user", "content": "question 3"}, {"role": "assistant", "content": "answer 3"}]
+    after = small_engine.ask(loads(json.dumps(rows)).only(), "question 4", strategy="full").prompt.messages
+    assert after[:len(before) - 1] == before[:-1]
+    assert [m["content"] for m in after[6:10]] == ["answer 2", "Operator: answer in English only.", "question 3",
+                                                   "answer 3"]
+
+
 @pytest.mark.parametrize("strategy", ALL)
 def test_alternation_when_the_api_requires_it(cache_dir, strategy):
     rows = [{"role": "user", "content": "ramen?"}, {"role": "user", "content": "any ramen place?"},

@@ -17,11 +17,9 @@ from indexers.settings import Budget
 
 from .. import render
 from ..history import History
+from ..pipeline.asker import ANSWER_GUIDANCE
 from .memory import NO_STORE, thread_id_for
 
-SYSTEM_PROMPT = ("You are a helpful assistant in a long-running team chat. Answer the last message using the "
-                 "conversation history you are given; name the concrete facts (names, places, numbers, dates) it "
-                 "holds. If the history does not hold the answer, say so. Answer in the language of the last message.")
 FORGET = re.compile(r"\s*/forget\s*", re.IGNORECASE)
 SOURCES = re.compile(r"\s*/sources\s*", re.IGNORECASE)
 
@@ -40,11 +38,11 @@ def sources_text(head: str, stretches: list[str]) -> str:
 
 class SemhistAgent:
     def __init__(self, history: History, *, strategy: str = "blocks", budget: Budget | None = None,
-                 system_prompt: str | None = None, timeout: float | None = None, answer_tokens: int = 512):
+                 system_prompt: str | None = None, timeout: float | None = None, answer_tokens: int | None = None):
         self.history, self.strategy, self.budget = history, strategy, budget
-        self.system_prompt = system_prompt or history.settings.system_prompt or SYSTEM_PROMPT
+        self.system_prompt = system_prompt or history.settings.system_prompt or ANSWER_GUIDANCE
         self.timeout = timeout or history.settings.llm_timeout  # for the whole turn's LLM work
-        self.answer_tokens = answer_tokens
+        self.answer_tokens = answer_tokens or history.settings.answer_tokens
 
     def register(self, app: Any) -> None:
         """Add the routes to an `AgentApplication` (commands first; every other message is answered)."""

@@ -125,13 +125,16 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
     from ..engine import Engine
-    from ..evaluate import evaluate
+    from ..evaluate import evaluate, sample_queries
+    from ..scoring import make_judge
 
     loaded = load(args.dataset, timezone_name=settings.timezone, lenient=settings.lenient,
                   max_chars=settings.max_message_chars)
     for problem in loaded.problems:
         log.warning("skipped %s", problem)
     threads = loaded.threads[: args.limit] if args.limit else loaded.threads
+    if args.sample:
+        threads = sample_queries(threads, args.sample)
     engine = Engine(settings)
     total = sum(1 for t in threads for q in t.queries if q.has_evidence)
     queries_bar = tqdm(total=total, desc="queries", unit="q", file=sys.stderr, disable=args.quiet)
@@ -143,7 +146,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         report = evaluate(engine, threads, args.strategy or ["blocks"], budget=_budget(args),
-                          dataset=Path(args.dataset).name, on_thread=on_thread,
+                          dataset=Path(args.dataset).name, details=args.details, answer=args.answer,
+                          judge_llm=make_judge(settings) if args.answer else None, on_thread=on_thread,
                           on_query=lambda: queries_bar.update(1))
     finally:
         queries_bar.close()

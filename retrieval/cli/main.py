@@ -89,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: blocks")
     p.add_argument("--budget", help="hard per-query budget: tokens or a share of each thread's history")
     p.add_argument("--limit", type=int, help="only the first N threads")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="N of the answerable queries, evenly spaced (the same N on every run)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--answer", action="store_true",
+                   help="send each prompt to the LLM and score the answer (F1, judge, coverage, prefix reuse)")
+    p.add_argument("--details", action="store_true",
+                   help="with --json: one record per query (request analysis and where it came from, recall)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = _command(sub, "index", files.cmd_index, (EMBED, SEGMENT, INPUT, CACHE),

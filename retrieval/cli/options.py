@@ -6,17 +6,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, Field
 
-from indexers.settings import (CACHE, EMBED, INPUT, KEYWORD, MEMORY, SEARCH, SEGMENT, SERVE, SERVICE, STORE, WRITE,
-                               Settings, settings_fields)
+from indexers.settings import (ANSWER, CACHE, EMBED, INPUT, KEYWORD, MEMORY, SEARCH, SEGMENT, SERVE, SERVICE,
+                               STORE, WRITE, Settings, settings_fields)
 
 GROUP_TITLES = {
     EMBED: "embedding", SEGMENT: "segmentation (recorded with a stored thread)", SEARCH: "selection",
-    KEYWORD: "request analysis", MEMORY: "summary and structured memory", INPUT: "reading history files",
+    KEYWORD: "request analysis", ANSWER: "answers", MEMORY: "summary and structured memory", INPUT: "reading history files",
     STORE: "store", WRITE: "writing to the store", SERVE: "stored threads in memory", CACHE: "caches",
     SERVICE: "HTTP service limits",
 }
 # what each command uses
-FILES = (EMBED, SEGMENT, SEARCH, KEYWORD, MEMORY, INPUT, CACHE)
+FILES = (EMBED, SEGMENT, SEARCH, KEYWORD, ANSWER, MEMORY, INPUT, CACHE)
 ASKING = FILES + (STORE, WRITE, SERVE)
 WRITING = (EMBED, SEGMENT, INPUT, STORE, WRITE, CACHE)
 READING = (STORE,)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from indexers.index.thread_index import ThreadIndex
 from indexers.pii import Masker
 
+from indexers.tokens import count_message
+
 from ..pipeline.asker import AskResult
+
+
+def prefix_marks(messages) -> list[list]:
+    """Each prompt message as [digest, tokens]: enough for `semhist stats` to tell how much of
+    a prompt repeats the previous one's start (a provider's prompt cache), never the text."""
+    return [[hashlib.sha256(json.dumps(m, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12],
+             count_message(m)] for m in messages]
 
 
 def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, timings: dict[str, float]) -> dict[str, Any]:
@@ -36,4 +47,5 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
                        "selection_ms": round(result.selection_ms, 2)},
         "answered": result.answer is not None,
         "notes": list(result.prompt.notes),
+        "prefix": prefix_marks(result.prompt.messages),
     }

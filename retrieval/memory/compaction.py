@@ -59,11 +59,25 @@ LINE_CHARS = 4_000
 QUOTE_CHARS = 1_000
 
 
+# A request is no statement: the packaged model filed 「おすすめのラーメン屋を教えてください。」 as
+# a decision. Sentences that ask without a question mark, by their ending (ja) or opening (en).
+_ASK_JA = re.compile(r"(ください|下さい|くださいませ|教えて|おしえて|ませんか|でしょうか|ですか|ますか|かな|かしら|"
+                     r"お願いします|お願い|お願いいたします|まとめて|調べて|探して|見せて|選んで|考えて|頼みます)"
+                     r"[ね。．.!！\s]*$")
+_ASK_EN = re.compile(r"^(please\s+)?(can|could|would|will)\s+you\b|^(please\s+)?(tell|show|give|help|remind)\s+me\b|"
+                     r"^please\s+(recommend|suggest|find|list|summari[sz]e|explain|let\s+me\s+know)\b|"
+                     r"^(recommend|suggest|summari[sz]e|explain|list)\b", re.I)
+
+
+def _asks(sentence: str) -> bool:
+    return sentence.endswith(("?", "？")) or bool(_ASK_JA.search(sentence)) or bool(_ASK_EN.search(sentence))
+
+
 def only_questions(text: str) -> bool:
-    """True when every sentence of the message is a question: nothing stated to remember.
-    ("Our servers are in Frankfurt. How do I read the logs?" still states something.)"""
+    """True when every sentence of the message asks (a question or a request): nothing stated
+    to remember. ("Our servers are in Frankfurt. How do I read the logs?" still states something.)"""
     sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
-    return bool(sentences) and all(s.endswith(("?", "？")) for s in sentences)
+    return bool(sentences) and all(_asks(s) for s in sentences)
 
 
 class Compactor:
@@ -106,11 +120,15 @@ class Compactor:
     def _summarize(self, thread_id: str, current: SummaryRecord | None, chunk: list[StoredMessage],
                    result: MemoryResult, max_tokens: int) -> SummaryRecord:
         lines = "\n".join(head_and_tail(message_line(m), LINE_CHARS) for m in chunk if m.role != "system")
+        # A length the model can meet: bullet points, not words (a 1.5B model cannot count
+        # Japanese words); room to finish its last one, then cut back to whole lines.
+        bullets = max(3, max_tokens // 45)
         prompt = (f"Summary so far:\n{current.text if current else '(none yet)'}\n\nNew turns:\n{lines}\n\n"
-                  f"Write the updated summary in at most {max(20, max_tokens * 2 // 3)} words.")
+                  f"Write the updated summary: at most {bullets} short bullet points, one line each.")
         began = time.perf_counter()
-        text = self._call(result, [{"role": "system", "content": SUMMARY_PROMPT},
-                                   {"role": "user", "content": prompt}], max_tokens=max_tokens).strip()
+        reply = self._call(result, [{"role": "system", "content": SUMMARY_PROMPT},
+                                    {"role": "user", "content": prompt}], max_tokens=max_tokens * 3 // 2 + 32)
+        text = whole_lines(reply, max_tokens, limit=max_tokens * 3 // 2 + 32)
         if not text:
             raise BackendError(f"{self.llm.model} returned an empty summary")
         covered = (current.covered_tokens if current else 0) + sum(m.tokens for m in chunk if m.role != "system")
@@ -152,6 +170,38 @@ class Compactor:
         row = (m.id, m.sort_ts, note[0], note[1], head_and_tail(m.content, QUOTE_CHARS), note[2]) if note else None
         self.store.record_extraction(thread_id, m.key, row, self.llm.model, result.call_ms[-1])
         result.extracted += 1
+
+
+_ENDED = re.compile(r"[.!?。！？」）)\]]$")
+
+
+def whole_lines(text: str, max_tokens: int, limit: int | None = None) -> str:
+    """`text` cut back to whole lines within `max_tokens`, never mid-word. The last line of a
+    reply that the token `limit` may have stopped (near the limit, or a stub much shorter than
+    the other lines, without a sentence end) is dropped: it was 「- 明」 once."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and not _ENDED.search(lines[-1]):
+        typical = sorted(len(line) for line in lines[:-1])[(len(lines) - 1) // 2]
+        near = limit is not None and count_text("\n".join(lines)) >= limit * 0.9
+        if near or len(lines[-1]) < 0.4 * typical:
+            lines.pop()
+    kept: list[str] = []
+    for line in lines:
+        if count_text("\n".join(kept + [line])) > max_tokens:
+            if not kept:  # one long line: up to its last sentence or clause end that fits
+                kept.append(_clip(line, max_tokens))
+            break
+        kept.append(line)
+    return "\n".join(k for k in kept if k).strip()
+
+
+def _clip(line: str, max_tokens: int) -> str:
+    for pattern in (r"[.!?。！？]", r"[、,;；]|\s"):
+        ends = [m.end() for m in re.finditer(pattern, line)]
+        for end in reversed(ends):
+            if count_text(line[:end]) <= max_tokens:
+                return line[:end].rstrip(" 、,;；")
+    return ""
 
 
 def _notes_request(text: str, known: Sequence[NoteRecord]) -> str:

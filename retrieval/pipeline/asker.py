@@ -24,6 +24,17 @@ from .select import MemoryResult
 from .strategies import get_strategy, strategy_input
 
 BUDGETED = ("token-budget", "summary", "structured")  # strategies that always work to a budget
+# The system prompt when semhist itself asks the model for the answer (ask --answer, eval
+# --answer) and none is configured; counted in the budget like any system prompt.
+ANSWER_GUIDANCE = (
+    "You are the assistant in this conversation. Answer the user's last message from what was "
+    "said in it: the earlier messages quoted in <retrieved_history> (each stretch is dated) and "
+    "the recent turns. A question gets a short, exact answer (names, dates, numbers as said; "
+    "resolve 'yesterday' or 'last week' against the date of the message that says it). A request "
+    "to recall or summarize gets every specific thing said about it: names, items, prices, "
+    "decisions and their alternatives. If the conversation does not say, say so. Answer in the "
+    "language of the user's last message."
+)
 
 
 @dataclass(frozen=True)
@@ -42,12 +53,25 @@ class AskResult:
     selection_ms: float = 0.0
     answer: str | None = None
     answer_error: str | None = None  # the answer step failed; the prompt stands
+    answer_ms: float | None = None
     memory: MemoryResult | None = None
 
     @property
     def llm_calls(self) -> int:
         return ((self.keywords.llm_calls if self.keywords else 0) + (1 if self.answer is not None else 0)
                 + (self.memory.llm_calls if self.memory else 0))
+
+    @property
+    def llm_failures(self) -> tuple[str, ...]:
+        """Every LLM step of this request that failed, and why (what was sent did without it)."""
+        failed = []
+        if self.keywords and self.keywords.reason.startswith("LLM fallback"):
+            failed.append(f"request analysis: {self.keywords.reason}")
+        if self.memory:
+            failed += [p for p in self.memory.problems if p.startswith("compaction failed")]
+        if self.answer_error:
+            failed.append(f"answer: {self.answer_error}")
+        return tuple(failed)
 
     @property
     def included(self) -> frozenset[int]:
@@ -102,8 +126,9 @@ class Asker:
         if self.llm is None:
             raise ConfigError("--answer needs an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY (or the "
                               "AZURE_OPENAI_* variables) and SEMHIST_LLM_MODEL, or run semhist llm-server")
+        began = time.perf_counter()
         try:
-            reply = self.llm.chat(list(result.prompt.messages), max_tokens=1024)
+            reply = self.llm.chat(list(result.prompt.messages), max_tokens=self.settings.answer_tokens)
         except BackendError as exc:  # the prompt and what was retrieved are still worth showing
-            return replace(result, answer_error=str(exc))
-        return replace(result, answer=reply)
+            return replace(result, answer_error=str(exc), answer_ms=(time.perf_counter() - began) * 1000)
+        return replace(result, answer=reply, answer_ms=(time.perf_counter() - began) * 1000)

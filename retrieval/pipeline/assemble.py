@@ -89,17 +89,30 @@ def system_messages(thread: Thread, system_prompt: str | None) -> list[dict[str,
     return head + [thread.messages[p].to_openai() for p in thread.system_positions]
 
 
+def leading_system(thread: Thread) -> tuple[int, ...]:
+    """The operator instructions before the first turn: they open every prompt. Later ones
+    stay at their place among the turns (or just before the oldest turn kept), so a prompt's
+    start does not change from the turn an instruction arrives (provider prompt caches)."""
+    first_turn = next((p for p, m in enumerate(thread.messages) if m.role != "system"), len(thread.messages))
+    return tuple(p for p in thread.system_positions if p < first_turn)
+
+
 def build_messages(thread: Thread, selection: Selection, request: str, *,
                    system_prompt: str | None = None, context_role: str = "system",
                    alternate: bool = False, as_stored: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The prompt's messages, and notes on what the chat-completions rules made us leave out."""
-    out = system_messages(thread, system_prompt)
+    # APIs that insist on alternation take no system message between turns: all go first there.
+    first = thread.system_positions if alternate else leading_system(thread)
+    out = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    out += [thread.messages[p].to_openai() for p in first]
+    later = [p for p in thread.system_positions if p not in first]
     memory = render_memory(selection)
     if memory:
         out.append({"role": context_role, "content": memory})
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
-    turns, notes = pair_tool_messages([thread.messages[p].to_openai() for p in selection.history_ids])
+    turns, notes = pair_tool_messages([thread.messages[p].to_openai()
+                                       for p in sorted({*selection.history_ids, *later})])
     at = _stored_request(turns, request, as_stored)
     if at is None:
         turns.append({"role": "user", "content": request})
@@ -115,7 +128,8 @@ def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | 
     sent it as the user wrote it); an agent in a tool loop has its tool calls and results after
     it, and the prompt must end with those, not with the request again."""
     at = len(turns) - 1
-    while at >= 0 and (turns[at]["role"] == "tool" or (turns[at]["role"] == "assistant" and turns[at].get("tool_calls"))):
+    while at >= 0 and (turns[at]["role"] in ("tool", "system")
+                       or (turns[at]["role"] == "assistant" and turns[at].get("tool_calls"))):
         at -= 1
     if at >= 0 and turns[at]["role"] == "user" and _text_of(turns[at].get("content")) in (request, as_stored):
         return at

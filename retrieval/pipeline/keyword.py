@@ -1,27 +1,27 @@
 """Query time, stage 1: the request -> what to search for.
 
-One LLM call returns JSON: keywords, whether the user wants a topic recalled or a fact
-answered, and a time range when the request names one. With no LLM configured, or on a
-timeout, an error or an unusable reply, local rules take over: janome noun phrases
-(Japanese) or the request's content words (English), a pattern-based intent, and a local
-date parser. Both drop the request's meta-words (履歴, 話題, 要約, "summarize"...):
+Local rules always run: janome noun phrases (Japanese) or the request's content words
+(English), a pattern-based intent, and a local date parser. With an LLM configured, one call
+returns JSON (keywords, intent, a time range), and llmplan.checked keeps what survives its
+checks on top of the local plan; on a timeout, an error or an unusable reply the local plan
+stands, saying why. Both drop the request's meta-words (履歴, 話題, 要約, "summarize"...):
 searching for 「履歴」 was the worked example's method-2 failure.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, replace
 from functools import cached_property
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from indexers.errors import BackendError
 from indexers.lexical import EN_STOP, JA_META, _janome, is_japanese, tokenize
 from indexers.model import head_and_tail
 
 from ..llm import LLMClient
+from .llmplan import KEYWORD_PROMPT, checked, is_meta, parse_keyword_reply  # noqa: F401 (re-exported)
 from .timerange import TimeRange, parse_time_range
 
 _EN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
@@ -47,6 +47,18 @@ class KeywordResult:
     time_range: TimeRange | None = None
     search_text: str = ""  # the request without meta- and time words, for lexical search
     dense_text: str = ""  # what to embed, when not the keywords themselves
+    # where each part came from after validation: (("keywords", "llm"), ("time", "local"), ...)
+    origins: tuple[tuple[str, str], ...] = ()
+    rejected: tuple[str, ...] = ()  # what the LLM said that was not used, and why
+
+    @property
+    def origin(self) -> dict[str, str]:
+        return dict(self.origins)
+
+    def to_dict(self) -> dict:
+        return {"keywords": list(self.keywords), "source": self.source, "reason": self.reason,
+                "intent": self.intent, "time_range": self.time_range.to_dict() if self.time_range else None,
+                "from": dict(self.origins), "rejected": list(self.rejected)}
 
     @property
     def query(self) -> str:
@@ -95,69 +107,17 @@ def local_intent(request: str) -> str:
     return TOPIC if pattern.search(request) else FACT
 
 
+_LOCAL = (("keywords", "local"), ("intent", "local"), ("time", "local"))
+
+
 def local_plan(request: str, anchor: datetime | None) -> KeywordResult:
     time_range, rest = parse_time_range(request, anchor)
     keywords = local_keywords(rest) if rest.strip() else (request.strip(),)
     # English: the whole sentence embeds better than its keywords (LoCoMo: 0.55 vs 0.51 recall
     # by cosine alone); Japanese requests carry meta-phrases (前に…何と言っていたか) that dilute it.
     dense = "" if is_japanese(rest) or not rest.strip() else rest.strip()
-    return KeywordResult(keywords, "local", "", 0, 0.0, local_intent(request), time_range, rest, dense)
-
-
-KEYWORD_PROMPT = (
-    "You prepare a search over a long chat history for the user's request. Answer with JSON "
-    "only, no explanation: "
-    '{"keywords": ["..."], "intent": "topic" or "fact", "time": null or {"start": "YYYY-MM-DD", '
-    '"end": "YYYY-MM-DD"}}. keywords: 1 to 3 search keywords, the main topic or entity first, in '
-    "the language of the request; never words about the request itself (history, conversation, "
-    "summary, topic, talk, 履歴, 会話, 話題, 要約, 内容, まとめ). intent: topic when the user wants "
-    "what was said about something recalled or summarized, fact when a specific detail is asked. "
-    "time: the inclusive date range the request names (resolve relative dates against the date "
-    "of the last message given below), else null."
-)
-
-
-def parse_keyword_reply(reply: str) -> tuple[str, ...]:
-    """Keywords from the LLM's reply; raises ValueError when the reply is unusable."""
-    data = _reply_json(reply)
-    raw = data.get("keywords", data.get("keyword"))
-    if isinstance(raw, str):
-        raw = [raw]
-    if not isinstance(raw, list):
-        raise ValueError("the reply has no 'keywords' list")
-    words = [str(w).strip() for w in raw if isinstance(w, (str, int, float)) and str(w).strip()]
-    words = [w for w in words if not _is_meta(w)]
-    if not words:
-        raise ValueError("the reply's keywords were all meta-words or empty")
-    return tuple(dict.fromkeys(words))[:3]
-
-
-def _reply_json(reply: str) -> dict:
-    match = re.search(r"\{.*\}", reply, re.S)
-    if not match:
-        raise ValueError(f"no JSON object in the reply {reply[:80]!r}")
-    data = json.loads(match.group(0))
-    if not isinstance(data, dict):
-        raise ValueError("the reply is not a JSON object")
-    return data
-
-
-def _llm_time(data: dict, anchor: datetime | None) -> TimeRange | None:
-    raw = data.get("time")
-    if not isinstance(raw, dict) or anchor is None:
-        return None
-    try:
-        first = datetime.fromisoformat(str(raw["start"])[:10]).date()
-        last = datetime.fromisoformat(str(raw.get("end") or raw["start"])[:10]).date()
-    except (KeyError, ValueError):
-        return None
-    if last < first:
-        return None
-    start = datetime.combine(first, datetime.min.time(), tzinfo=anchor.tzinfo)
-    end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=anchor.tzinfo)
-    if start > anchor:  # a range after the last message holds no history: the model misread it
-        return None
-    return TimeRange(start, end, "(from the LLM)")
+    origins = _LOCAL if time_range else _LOCAL[:2]
+    return KeywordResult(keywords, "local", "", 0, 0.0, local_intent(request), time_range, rest, dense, origins)
 
 
 # A long request is a pasted document with a question before or after it; analysing all of
@@ -186,15 +146,10 @@ def extract_keywords(request: str, llm: LLMClient | None, mode: str = "auto",
     try:
         reply = llm.chat([{"role": "system", "content": KEYWORD_PROMPT + " " + context},
                           {"role": "user", "content": request}], json_mode=True, max_tokens=120)
-        words = parse_keyword_reply(reply)
-        data = _reply_json(reply)
+        return replace(checked(local, reply, request, anchor, llm.model), ms=_ms(start))
     except (BackendError, ValueError) as exc:
-        return replace(local, reason=f"LLM fallback: {exc}", llm_calls=1, ms=_ms(start))
-    intent = data.get("intent") if data.get("intent") in (TOPIC, FACT) else local.intent
-    # the local parser is exact where it matches; the LLM covers what it cannot parse
-    time_range = local.time_range or _llm_time(data, anchor)
-    return KeywordResult(words, "llm", f"chosen by {llm.model}", 1, _ms(start), intent, time_range,
-                         " ".join(words) + " " + local.search_text)
+        return replace(local, reason=f"LLM fallback: {exc}", llm_calls=1, ms=_ms(start),
+                       origins=_LOCAL, rejected=(f"the whole reply: {exc}",))
 
 
 def _ms(start: float) -> float:

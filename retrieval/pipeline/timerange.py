@@ -169,3 +169,29 @@ def parse_time_range(request: str, anchor: datetime | None) -> tuple[TimeRange |
             spans.append(part.group(0))
         return TimeRange(start, end, " ".join(spans)), re.sub(r"\s+", " ", rest).strip()
     return None, request
+
+
+# Broader than PATTERNS: any wording that names a time, resolvable or not ("去年の夏",
+# "two months ago", "in 2022"). An LLM's time range is only believed when the request has one:
+# asked "When did Caroline go to the support group?", the packaged model answered with the day
+# of the thread's last message, and the search was confined to that day.
+_NAMES_TIME = re.compile(
+    r"(\d+|[一二三四五六七八九十数何]+)\s*(年|月|日|週間?|時|時間|か月|ヶ月|カ月)|"
+    r"昨日|きのう|今日|きょう|本日|明日|一昨日|おととい|先週|今週|来週|先々週|先月|今月|来月|去年|昨年|今年|"
+    r"[月火水木金土日]曜|午前|午後|夕方|週末|年末|年始|正月|ゴールデンウィーク|お盆|"
+    r"\b(january|february|march|april|june|july|august|september|october|november|december|"
+    r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?)\b|"
+    rf"\b({_M})\.?\s*\d|\d(st|nd|rd|th)?\s+(of\s+)?({_M})\b|\b(yesterday|today|tonight|tomorrow|ago|weekend)\b|"
+    r"\b(last|this|next|past|previous)\s+(week|month|year|summer|winter|spring|autumn|fall|morning|"
+    r"afternoon|evening|night|time)\b|\b(in|since|during|of)\s+(\d{4}|the\s+(summer|winter|spring|autumn|fall))\b|"
+    r"\b\d{1,2}(:\d{2})?\s*(am|pm)\b|\b\d{1,2}:\d{2}\b", re.I)
+
+
+def names_time(request: str) -> bool:
+    """Does the request name a time at all (whether or not the local parser can resolve it)?"""
+    return bool(_NAMES_TIME.search(unicodedata.normalize("NFKC", request)))
+
+
+def without_time_words(text: str) -> str:
+    """The text with every wording that names a time removed."""
+    return _NAMES_TIME.sub(" ", unicodedata.normalize("NFKC", text))
