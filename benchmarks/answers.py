@@ -60,7 +60,9 @@ def samples(settings: Settings, llm, strategies: list[str]) -> dict:
             named = facts_named(result.answer or "", spec["facts"])
             rows[name] = {"facts": len(named), "of": len(spec["facts"]), "named": named,
                           "missing": [f for f in spec["facts"] if f not in named],
-                          "prompt_tokens": result.prompt.tokens, "answer_s": round((result.answer_ms or 0) / 1000, 1),
+                          "prompt_tokens": result.prompt.tokens,
+                          # an earlier row's prompt again: answered from the cache, no time to report
+                          "answer_s": None if llm.cached else round((result.answer_ms or 0) / 1000, 1),
                           "llm_calls": result.llm_calls, "failed": list(result.llm_failures),
                           "answer": result.answer,
                           "summary": result.memory.summary.text if result.memory and result.memory.summary else None,
@@ -93,7 +95,7 @@ def run(args) -> dict:
     judge = RecordedLLM(judge_client, cache / "answers_judge.jsonl") if judge_client else None
     results: dict = {"model": llm.model, "judge": judge.model if judge else None, "budget": args.budget}
     if "samples" in args.parts:
-        results["samples"] = samples(settings, llm, args.strategies or ALL)
+        results["samples"] = samples(settings, llm, ALL)  # a few answers each: every strategy
     strategies = args.strategies or EVAL_STRATEGIES
     if "locomo" in args.parts:
         threads = [replace(t, queries=tuple(q for q in t.queries if q.category in LOCOMO_CATEGORIES))
@@ -117,7 +119,8 @@ def markdown(results: dict) -> str:
         for name, r in data["strategies"].items():
             failed = f" (failed: {r['failed'][0][:60]})" if r["failed"] else ""
             lines.append(f"| {name} | {r['facts']}/{r['of']} | {', '.join(r['missing']) or '-'} | {r['prompt_tokens']} | "
-                         f"{r['answer_s']} | {r['llm_calls']}{failed} |")
+                         f"{r['answer_s'] if r['answer_s'] is not None else 'same prompt as above'} | "
+                         f"{r['llm_calls']}{failed} |")
         best = max(data["strategies"].items(), key=lambda kv: kv[1]["facts"])
         lines += ["", f"`{best[0]}`'s answer: {(best[1]['answer'] or '').strip()[:600]!r}", ""]
     cols = ["evidence_recall", "mean_prompt_tokens", "answer_f1", "judge_accuracy", "answer_coverage",
@@ -142,7 +145,7 @@ def markdown(results: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", default=["samples", "locomo", "jmultiwoz"])
-    parser.add_argument("--strategies", nargs="+")
+    parser.add_argument("--strategies", nargs="+", help="for the locomo and jmultiwoz parts")
     parser.add_argument("--locomo", type=int, default=12, help="LoCoMo questions (evenly spaced)")
     parser.add_argument("--jmultiwoz", type=int, default=8, help="JMultiWOZ requests (evenly spaced)")
     parser.add_argument("--budget", default="10%")

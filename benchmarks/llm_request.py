@@ -53,11 +53,12 @@ class RecordedLLM:
             for line in path.read_text(encoding="utf-8").splitlines():
                 item = json.loads(line)
                 self.replies[item["key"]] = item["reply"]
-        self.asked = 0
+        self.asked, self.cached = 0, False
 
     def chat(self, messages, *, json_mode=False, json_schema=None, max_tokens=256) -> str:
         key = hashlib.sha256(json.dumps([self.model, list(messages), json_mode, json_schema, max_tokens],
                                         ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+        self.cached = key in self.replies  # a reply from the cache took no model time
         if key not in self.replies:
             reply = self.inner.chat(messages, json_mode=json_mode, json_schema=json_schema, max_tokens=max_tokens)
             self.asked += 1
@@ -83,7 +84,7 @@ def time_queries(threads: list[Thread], topics: dict[str, list[str | None]], per
             continue
         last = stamped[-1].timestamp.date()
         days = sorted({m.timestamp.date() for m in stamped})
-        picked = [days[int(i * len(days) / per_thread)] for i in range(per_thread)] + [days[-2], days[-1]]
+        picked = [days[int(i * len(days) / per_thread)] for i in range(per_thread)] + days[-2:]
         queries = []
         for k, day in enumerate(dict.fromkeys(picked)):
             on_day = [(p, m) for p, m in enumerate(thread.messages) if m.timestamp and m.timestamp.date() == day]
@@ -143,8 +144,9 @@ def run(names: list[str], budget: str, cache_dir: str | None) -> dict:
             engine = Engine(replace(settings, keyword=mode), llm=llm if mode == "llm" else None)
             start, asked = time.perf_counter(), llm.asked
             try:
-                report = evaluate(engine, threads, ["blocks"], budget=Budget.parse(budget), dataset=label,
-                                  details=True)
+                # the samples are a few hundred tokens: `semhist ask`'s default budgets, not a share
+                report = evaluate(engine, threads, ["blocks"], dataset=label, details=True,
+                                  budget=None if label == "samples" else Budget.parse(budget))
             finally:
                 engine.close()
             row[mode] = {"blocks": report["strategies"]["blocks"], "categories": report["categories"]["blocks"],
@@ -168,12 +170,17 @@ def markdown(results: dict) -> str:
              f"`blocks` at a {results['budget']} budget, USE-m3, default settings. Evidence recall / "
              "all-evidence rate; `from LLM` is the share of requests where that part of the analysis "
              "came from the model after validation.", "",
-             "| set | n | local | LLM | Δ recall | from LLM |", "|---|---|---|---|---|---|"]
+             "`unchecked` is the LLM's reply used as it came (semhist before its checks, the same replies; "
+             "`--before benchmarks/llm_request_unchecked.json`).", "",
+             "| set | n | local | LLM, checked | Δ recall | from LLM | LLM, unchecked |", "|---|---|---|---|---|---|---|"]
+    before = results.get("before", {})
     for label, row in results["sets"].items():
         loc, llm = row["local"]["blocks"], row["llm"]["blocks"]
+        old = before.get(label)
         lines.append(f"| {label} | {loc['n_queries']} | {loc['evidence_recall']} / {loc['all_evidence_rate']} | "
                      f"{llm['evidence_recall']} / {llm['all_evidence_rate']} | "
-                     f"{llm['evidence_recall'] - loc['evidence_recall']:+.4f} | {origins(row['llm']['queries'])} |")
+                     f"{llm['evidence_recall'] - loc['evidence_recall']:+.4f} | {origins(row['llm']['queries'])} | "
+                     + (f"{old['evidence_recall']} / {old['all_evidence_rate']} |" if old else "- |"))
     lines += ["", "By category (evidence recall, local → LLM):", ""]
     for label, row in results["sets"].items():
         cats = [f"{c} {row['local']['categories'][c]['evidence_recall']} → {v['evidence_recall']} (n={v['n_queries']})"
@@ -194,9 +201,12 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", default=["locomo", "jmultiwoz", "time", "samples"])
     parser.add_argument("--budget", default="10%")
     parser.add_argument("--cache-dir")
+    parser.add_argument("--before", help="a JSON {set: blocks figures} to show beside (an earlier run)")
     parser.add_argument("--out", default=str(OUT / "llm_request"), help="path without suffix for .md/.json")
     args = parser.parse_args()
     results = run(args.sets, args.budget, args.cache_dir)
+    if args.before:
+        results["before"] = json.loads(Path(args.before).read_text(encoding="utf-8"))
     results["generated"] = datetime.now().isoformat(timespec="seconds")
     Path(args.out + ".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
     Path(args.out + ".md").write_text(markdown(results), encoding="utf-8")

@@ -3,7 +3,7 @@ one turn ('concat'), answered by the model with each strategy's prompt.
 
     semhist llm-server --port 8080 &      # or any OpenAI-compatible endpoint
     export OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=local SEMHIST_LLM_MODEL=qwen2.5-coder-1.5b-instruct-q4_k_m
-    python benchmarks/sharded.py [--strategies full window blocks] [--budget 40%]
+    python benchmarks/sharded.py [--strategies full window blocks] [--budget 450]
 
 data/probes/sharded.json holds the items (JA and EN). The sharded thread: each piece after two
 exchanges of other talk, 20 minutes apart (a bot's day), then the final request; the concat
@@ -104,7 +104,7 @@ def markdown(results: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
-    parser.add_argument("--budget", default="40%")
+    parser.add_argument("--budget", default="450", help="the answer guidance and reminder take ~150 of it")
     parser.add_argument("--cache-dir")
     parser.add_argument("--out", default=str(OUT / "sharded"))
     args = parser.parse_args()

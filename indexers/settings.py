@@ -124,8 +124,9 @@ class Settings:
     # -- the request
     keyword: str = option("auto", group=KEYWORD, choices=("auto", "llm", "local"),
                           help="keyword extractor: the LLM when configured, else local")
-    # The packaged 1.5B model on a busy 2-core machine: 5-15 s for a request analysis, 40-150 s
-    # to read a 2,000-token prompt and answer it (benchmarks/answers.md).
+    # The packaged 1.5B model on a busy 2-core machine reads ~36 prompt tokens/s: 5-15 s for a
+    # request analysis, 70 s before the first word of an answer to a 2,500-token prompt
+    # (LoCoMo at 10%; benchmarks/answers.md). 30 s lost most answers there.
     llm_timeout: float = option(180.0, group=KEYWORD, help="seconds to wait for the LLM (any call)")
     # -- answers (ask --answer, eval --answer)
     answer_tokens: int = option(512, group=ANSWER, help="longest answer the model may write, in tokens")

@@ -88,13 +88,15 @@ class _Answers:
                 except BackendError:
                     self.judge_failures += 1
         else:
-            evidence = [thread.messages[i].content for i in query.relevant if i < len(thread.messages)]
+            by_index = {m.index: m for m in thread.messages}  # --lenient may have skipped some
+            evidence = [by_index[i].content for i in query.relevant if i in by_index]
             scores["coverage"] = coverage(reply, evidence)
             if scores["coverage"] is not None:
                 self.coverage.append(scores["coverage"])
         if result.answer_ms is not None:
             self.ms.append(result.answer_ms)
-        self.reuse.append(prefix_reuse(self.previous, result.prompt.messages))
+        if self.previous is not None:  # a thread's first question has nothing to reuse
+            self.reuse.append(prefix_reuse(self.previous, result.prompt.messages))
         self.previous = result.prompt.messages
         mine = self.by_category.setdefault(query.category or "none", {"f1": [], "judge": [], "coverage": []})
         for key in ("f1", "judge", "coverage"):

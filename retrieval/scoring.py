@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import string
 import unicodedata
@@ -95,10 +96,24 @@ def judge(llm: Any, question: str, gold: str, answer: str) -> bool:
                       {"role": "user", "content": f"Question: {question}\nGold answer: {gold}\n"
                                                   f"Answer to grade: {answer}"}],
                      json_mode=True, max_tokens=80)
-    label = re.search(r"\b(CORRECT|WRONG)\b", reply.upper())
-    if not label:
-        raise BackendError(f"the judge {llm.model} gave no label: {reply[:80]!r}")
-    return label.group(1) == "CORRECT"
+    return judge_label(reply, llm.model)
+
+
+def judge_label(reply: str, model: str = "the judge") -> bool:
+    """The judge's `label` (its reason may say "correct" or "wrong" too); the first label word
+    after "label" when the reply is not JSON."""
+    match = re.search(r"\{.*\}", reply, re.S)
+    try:
+        data = json.loads(match.group(0)) if match else None
+    except ValueError:
+        data = None
+    label = str(data.get("label", "")).strip().upper() if isinstance(data, dict) else ""
+    if label in ("CORRECT", "WRONG"):
+        return label == "CORRECT"
+    found = re.search(r"label\W*(CORRECT|WRONG)\b", reply, re.I) or re.fullmatch(r"\W*(CORRECT|WRONG)\W*", reply, re.I)
+    if not found:
+        raise BackendError(f"{model} gave no label: {reply[:80]!r}")
+    return found.group(1).upper() == "CORRECT"
 
 
 _NUMBER = re.compile(r"\d+(?:[.:]\d+)*")

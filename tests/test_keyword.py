@@ -60,3 +60,4 @@ def test_llm_time_range_is_checked():
     assert _llm_time({"time": {"start": "2025-07-22", "end": "2025-07-20"}}, anchor) is None  # reversed
     assert _llm_time({"time": {"start": "soon"}}, anchor) is None
     assert _llm_time({"time": None}, anchor) is None
+    assert _llm_time({"time": {"start": "9999-12-31"}}, anchor) is None  # was an OverflowError

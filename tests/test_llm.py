@@ -47,6 +47,15 @@ def test_cli_ask_json_and_answer_with_the_real_llm(llm_env, cache_dir):
     assert data["keyword"]["source"] == "llm"
     assert data["llm_calls"] == 2  # one keyword call, one answer
     assert isinstance(data["answer"], str) and data["answer"].strip()
+    # what the model was sent, shown: the answer guidance first, the reminder just before the request
+    from indexers.tokens import count_messages
+    from retrieval.pipeline.asker import ANSWER_GUIDANCE, ANSWER_REMINDER
+
+    messages = data["messages"]
+    assert messages[0] == {"role": "system", "content": ANSWER_GUIDANCE}
+    assert messages[-2] == {"role": "system", "content": ANSWER_REMINDER["ja"]}
+    assert messages[-1] == {"role": "user", "content": RAMEN_REQUEST}
+    assert data["prompt_tokens"] == count_messages(messages)
 
 
 def test_compare_counts_one_llm_call(llm_env, cache_dir):

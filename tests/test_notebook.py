@@ -41,3 +41,9 @@ def test_llamaindex_memory_notebook_runs(cache_dir, monkeypatch):
     text, _ = run_notebook("llamaindex_memory.ipynb", cache_dir, monkeypatch)
     assert text.count("kept 24/24 ramen turns") == 2
     assert "semhist thread: 70 messages" in text
+
+
+def test_answers_notebook_runs(cache_dir, monkeypatch):
+    text, drew = run_notebook("answers.ipynb", cache_dir, monkeypatch)
+    assert "ramen.json" in text and "facts" in text and "sharded" in text
+    assert drew, "the score-against-tokens plot was not drawn"

@@ -52,3 +52,21 @@ def test_sample_queries_is_even_and_stable():
     assert sum(len(t.queries) for t in picked) == 2
     assert [q.text for t in picked for q in t.queries] == [q.text for t in sample_queries(threads, 2) for q in t.queries]
     assert {t.id for t in picked} == {t.id for t in threads}  # spread over both threads
+
+
+@pytest.mark.parametrize("reply,expected", [
+    ('{"reason": "The answer is not correct: it names Paris", "label": "WRONG"}', False),
+    ('{"reason": "saying it does not know would be wrong, but it names the date", "label": "CORRECT"}', True),
+    ('Label: correct', True),
+    ("WRONG", False),
+])
+def test_the_judge_is_read_by_its_label(reply, expected):
+    from retrieval.scoring import judge_label
+    assert judge_label(reply) is expected
+
+
+def test_a_judge_without_a_label_is_an_error():
+    from indexers.errors import BackendError
+    from retrieval.scoring import judge_label
+    with pytest.raises(BackendError):
+        judge_label("I think it is fine")

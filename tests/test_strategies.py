@@ -169,3 +169,16 @@ def test_alternation_when_the_api_requires_it(cache_dir, strategy):
     roles = [m["role"] for m in msgs if m["role"] != "system"]
     assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:])), roles
     assert msgs[-1]["content"].endswith("summarize ramen")
+
+
+def test_an_instruction_between_a_tool_call_and_its_result_waits_for_the_result(small_engine):
+    rows = [{"role": "user", "content": "what is the Hong Kong load?"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "load", "arguments": "{}"}}]},
+            {"role": "system", "content": "Operator: answer in English only."},
+            {"role": "tool", "content": "load is 40%", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "The load is 40%."}]
+    result = small_engine.ask(loads(json.dumps(rows)).only(), "and now?", strategy="full")
+    roles = [m["role"] for m in result.prompt.messages]
+    assert roles == ["user", "assistant", "tool", "system", "assistant", "user"], roles
+    assert not result.prompt.notes

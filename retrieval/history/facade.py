@@ -33,7 +33,7 @@ from indexers.store import Marker, SQLStore, StoredMessage, check_thread_id, ope
 from ..llm import LLMClient, make_llm
 from ..memory import Memory, check_llm, memory_needs
 from ..pipeline import AskResult, Asker, get_strategy
-from ..pipeline.asker import ANSWER_GUIDANCE
+from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 from .maintenance import Maintenance
 from .states import Entry, ThreadStates
 from .turns import turn_record
@@ -248,13 +248,15 @@ class History(Maintenance):
         start = time.perf_counter()
         check_request(request, self.settings.max_message_chars)
         asker, memory_ = self.asker, self.memory
+        closing = None
         if answer and system_prompt is None and not self.settings.system_prompt:
-            system_prompt = ANSWER_GUIDANCE
+            system_prompt, closing = ANSWER_GUIDANCE, answer_reminder(request)
         if system_prompt:
             check_request(system_prompt, self.settings.max_message_chars, what="system prompt")
         if system_prompt is not None:  # counted in the budget like the configured one
             settings = replace(self.settings, system_prompt=system_prompt or None)
-            asker, memory_ = Asker(settings, self.embedder, self.llm), Memory(self.store, self.llm, settings)
+            asker = Asker(settings, self.embedder, self.llm, closing)
+            memory_ = Memory(self.store, self.llm, settings, closing)
         names = []
         for name in strategies:
             get_strategy(name)  # an unknown name fails before any work

@@ -17,8 +17,10 @@ from ..pipeline.asker import AskResult
 def prefix_marks(messages) -> list[list]:
     """Each prompt message as [digest, tokens]: enough for `semhist stats` to tell how much of
     a prompt repeats the previous one's start (a provider's prompt cache), never the text."""
+    # The last message is the request as the user wrote it (unmasked in a masked thread): left
+    # out, it changes every turn anyway.
     return [[hashlib.sha256(json.dumps(m, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12],
-             count_message(m)] for m in messages]
+             count_message(m)] for m in messages[:-1]]
 
 
 def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, timings: dict[str, float]) -> dict[str, Any]:

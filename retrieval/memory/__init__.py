@@ -49,8 +49,8 @@ def check_llm(needs: frozenset[str], llm: LLMClient | None) -> None:
 
 
 class Memory:
-    def __init__(self, store: SQLStore, llm: LLMClient | None, settings: Settings):
-        self.store, self.llm, self.settings = store, llm, settings
+    def __init__(self, store: SQLStore, llm: LLMClient | None, settings: Settings, closing: str | None = None):
+        self.store, self.llm, self.settings, self.closing = store, llm, settings, closing
 
     def plan(self, index: ThreadIndex, needs: frozenset[str], request: str, limit: int | None) -> MemoryPlan:
         s = self.settings
@@ -117,6 +117,6 @@ class Memory:
         if aged_cost <= 0:
             return False
         memory = render_memory(Selection(summary=summary))
-        total = (fixed_cost(index.thread, request, s.system_prompt) + (count_text(memory) if memory else 0)
+        total = (fixed_cost(index.thread, request, s.system_prompt, self.closing) + (count_text(memory) if memory else 0)
                  + aged_cost + recent_cost)
         return total > s.summary_trigger * (limit or s.history_budget)

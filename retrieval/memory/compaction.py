@@ -66,11 +66,17 @@ _ASK_JA = re.compile(r"(ください|下さい|くださいませ|教えて|お�
                      r"[ね。．.!！\s]*$")
 _ASK_EN = re.compile(r"^(please\s+)?(can|could|would|will)\s+you\b|^(please\s+)?(tell|show|give|help|remind)\s+me\b|"
                      r"^please\s+(recommend|suggest|find|list|summari[sz]e|explain|let\s+me\s+know)\b|"
-                     r"^(recommend|suggest|summari[sz]e|explain|list)\b", re.I)
+                     r"^(recommend|suggest|summari[sz]e|explain|list)\b(?!\s+of\b)", re.I)
+
+
+# ...unless it says something on the way: 「予算は5000円なので、…教えてください。」 states the budget.
+_STATES_TOO = re.compile(r"[、，,:：;；]|ので|から|けど|けれど")
 
 
 def _asks(sentence: str) -> bool:
-    return sentence.endswith(("?", "？")) or bool(_ASK_JA.search(sentence)) or bool(_ASK_EN.search(sentence))
+    if sentence.endswith(("?", "？")):
+        return True
+    return bool(_ASK_JA.search(sentence) or _ASK_EN.search(sentence)) and not _STATES_TOO.search(sentence)
 
 
 def only_questions(text: str) -> bool:

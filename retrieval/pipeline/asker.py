@@ -13,6 +13,7 @@ from indexers.embed import Embedder
 from indexers.errors import BackendError, ConfigError
 from indexers.index.thread_index import ThreadIndex
 from indexers.loader import check_request
+from indexers.lexical import is_japanese
 from indexers.model import Thread
 from indexers.settings import Budget, Settings
 
@@ -35,6 +36,18 @@ ANSWER_GUIDANCE = (
     "decisions and their alternatives. If the conversation does not say, say so. Answer in the "
     "language of the user's last message."
 )
+# ...and just before the request: the packaged 1.5B model otherwise answered the last recent
+# exchange in one sentence (the ramen summary named 1 of 8 facts; with this, 4-5: benchmarks/answers.md).
+ANSWER_REMINDER = {
+    "en": "Answer the next message from the conversation above. If it asks to summarize or recall a topic, "
+          "list as bullet points every specific thing said about it: names, items, prices, places, dates, decisions.",
+    "ja": "次のメッセージに、上の会話の内容から答えてください。話題の要約や振り返りを求められたら、"
+          "その話題について話された具体的な名前・品目・場所・日付・決定をすべて箇条書きで挙げてください。",
+}
+
+
+def answer_reminder(request: str) -> str:
+    return ANSWER_REMINDER["ja" if is_japanese(request) else "en"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +92,10 @@ class AskResult:
 
 
 class Asker:
-    def __init__(self, settings: Settings, embedder: Embedder, llm: LLMClient | None):
-        self.settings, self.embedder, self.llm = settings, embedder, llm
+    def __init__(self, settings: Settings, embedder: Embedder, llm: LLMClient | None, closing: str | None = None):
+        """`closing`: a system message every prompt carries just before the request (the
+        answer reminder, when semhist itself answers), counted in every budget."""
+        self.settings, self.embedder, self.llm, self.closing = settings, embedder, llm, closing
 
     def keywords(self, request: str, anchor: datetime | None = None) -> KeywordResult:
         """What to search for; relative dates resolve against `anchor` (the thread's last message)."""
@@ -91,7 +106,7 @@ class Asker:
         return embed_query(self.embedder, keywords.query)
 
     def full_tokens(self, index: ThreadIndex, request: str) -> int:
-        return fixed_cost(index.thread, request, self.settings.system_prompt) + index.history_tokens
+        return fixed_cost(index.thread, request, self.settings.system_prompt, self.closing) + index.history_tokens
 
     def limit(self, index: ThreadIndex, request: str, strategy: str, budget: Budget | None) -> int | None:
         if budget is not None:
@@ -112,9 +127,9 @@ class Asker:
         if strat.uses_search:
             keywords = keywords or self.keywords(request, index.last_time)
             vector = vector if vector is not None else self.query_vector(keywords)
-        selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory))
+        selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing))
         prompt = fit(index.thread, selection, request, limit, system_prompt=s.system_prompt,
-                     context_role=s.context_role, alternate=s.alternate, as_stored=as_stored)
+                     context_role=s.context_role, alternate=s.alternate, as_stored=as_stored, closing=self.closing)
         if memory is not None and memory.problems:
             prompt = replace(prompt, notes=prompt.notes + tuple(memory.problems))
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)

@@ -99,8 +99,10 @@ def leading_system(thread: Thread) -> tuple[int, ...]:
 
 def build_messages(thread: Thread, selection: Selection, request: str, *,
                    system_prompt: str | None = None, context_role: str = "system",
-                   alternate: bool = False, as_stored: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The prompt's messages, and notes on what the chat-completions rules made us leave out."""
+                   alternate: bool = False, as_stored: str | None = None,
+                   closing: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The prompt's messages, and notes on what the chat-completions rules made us leave out.
+    `closing`: a system message just before the request (what a small model heeds most)."""
     # APIs that insist on alternation take no system message between turns: all go first there.
     first = thread.system_positions if alternate else leading_system(thread)
     out = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -111,15 +113,36 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
         out.append({"role": context_role, "content": memory})
     if selection.retrieved:
         out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
-    turns, notes = pair_tool_messages([thread.messages[p].to_openai()
-                                       for p in sorted({*selection.history_ids, *later})])
+    turns, notes = pair_tool_messages(_after_tool_results([thread.messages[p].to_openai()
+                                                           for p in sorted({*selection.history_ids, *later})]))
     at = _stored_request(turns, request, as_stored)
     if at is None:
         turns.append({"role": "user", "content": request})
+        at = len(turns) - 1
     elif isinstance(turns[at].get("content"), str):
         turns[at] = {**turns[at], "content": request}
+    if closing and alternate:
+        out.append({"role": "system", "content": closing})
+    elif closing:
+        turns.insert(at, {"role": "system", "content": closing})
     out.extend(merge_same_role(turns) if alternate else turns)
     return out, notes
+
+
+def _after_tool_results(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An instruction that arrived between a tool call and its results waits until the results
+    are in: the API refuses anything between them."""
+    out: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
+    for m in turns:
+        if m["role"] == "system" and out and (out[-1]["role"] == "tool" or out[-1].get("tool_calls")):
+            waiting.append(m)
+            continue
+        if waiting and m["role"] != "tool":
+            out.extend(waiting)
+            waiting = []
+        out.append(m)
+    return out + waiting
 
 
 def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | None) -> int | None:
@@ -238,10 +261,12 @@ def merge_same_role(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def fixed_cost(thread: Thread, request: str, system_prompt: str | None) -> int:
-    """Tokens no strategy can save: reply priming, system prompt(s) and the request."""
+def fixed_cost(thread: Thread, request: str, system_prompt: str | None, closing: str | None = None) -> int:
+    """Tokens no strategy can save: reply priming, system prompt(s), the closing reminder and
+    the request."""
     return REPLY_PRIMING + count_message({"role": "user", "content": request}) + sum(
-        count_message(m) for m in system_messages(thread, system_prompt))
+        count_message(m) for m in system_messages(thread, system_prompt)) + (
+        count_message({"role": "system", "content": closing}) if closing else 0)
 
 
 def history_cost(thread: Thread, positions) -> int:
@@ -253,12 +278,12 @@ CONTEXT_OVERHEAD = 40  # the context message's own header, tags and message over
 
 def fit(thread: Thread, selection: Selection, request: str, budget: int | None, *,
         system_prompt: str | None = None, context_role: str = "system", alternate: bool = False,
-        as_stored: str | None = None) -> Prompt:
+        as_stored: str | None = None, closing: str | None = None) -> Prompt:
     """Assemble within `budget` tokens (None = no budget), giving things up in this order:
     the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges, the
     summary, the oldest kept user statements, and only then the last exchanges. The system
     prompt(s) and the request are never dropped."""
-    fixed = fixed_cost(thread, request, system_prompt)
+    fixed = fixed_cost(thread, request, system_prompt, closing)
     retrieved, history = list(selection.retrieved), list(selection.history)
     notes_kept, summary = list(selection.notes), selection.summary
     quoted = list(selection.quoted) or [None] * len(notes_kept)
@@ -302,7 +327,8 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history), summary=summary,
                    notes=tuple(notes_kept), quoted=tuple(quoted))
     messages, paired = build_messages(thread, kept, request, system_prompt=system_prompt,
-                                      context_role=context_role, alternate=alternate, as_stored=as_stored)
+                                      context_role=context_role, alternate=alternate, as_stored=as_stored,
+                                      closing=closing)
     notes += paired
     tokens = fixed + mem + ctx + hist if not (alternate or paired) else count_messages(messages)
     return Prompt(tuple(messages), tokens, kept, tuple(notes))

@@ -101,6 +101,13 @@ def _japanese_nouns(text: str) -> list[str]:
     return [p for p in phrases if not _is_meta(p)]
 
 
+def has_content(word: str) -> bool:
+    """Does `word` name something (a noun phrase, a content word), not just ask?"""
+    if is_japanese(word):
+        return bool(_japanese_nouns(word))
+    return any(w.lower() not in EN_STOP for w in _EN_WORD.findall(word))
+
+
 def local_intent(request: str) -> str:
     """topic when the request asks to recall or summarize talk, else fact."""
     pattern = _TOPIC_JA if is_japanese(request) else _TOPIC_EN
@@ -146,10 +153,10 @@ def extract_keywords(request: str, llm: LLMClient | None, mode: str = "auto",
     try:
         reply = llm.chat([{"role": "system", "content": KEYWORD_PROMPT + " " + context},
                           {"role": "user", "content": request}], json_mode=True, max_tokens=120)
-        return replace(checked(local, reply, request, anchor, llm.model), ms=_ms(start))
+        return replace(checked(local, reply, request, anchor, llm.model, has_content), ms=_ms(start))
     except (BackendError, ValueError) as exc:
         return replace(local, reason=f"LLM fallback: {exc}", llm_calls=1, ms=_ms(start),
-                       origins=_LOCAL, rejected=(f"the whole reply: {exc}",))
+                       rejected=(f"the whole reply: {exc}",))
 
 
 def _ms(start: float) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -81,6 +82,8 @@ def llm_time(data: dict, anchor: datetime | None) -> TimeRange | None:
         return None
     if last < first:
         return None
+    if last.year >= 9999:  # the day after it does not exist
+        return None
     start = datetime.combine(first, datetime.min.time(), tzinfo=anchor.tzinfo)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=anchor.tzinfo)
     if start > anchor:  # a range after the last message holds no history: the model misread it
@@ -91,7 +94,9 @@ def llm_time(data: dict, anchor: datetime | None) -> TimeRange | None:
 _YEAR = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")
 _MONTH_EN = {m: i for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july", "august",
                                          "september", "october", "november", "december"), start=1)}
-_MONTH = re.compile(r"(?<!\d)(\d{1,2})\s*月|\b(" + "|".join(_MONTH_EN) + r")\b", re.I)
+# "may" is a month only beside a day or after in/of/during ("What may Mel have painted?")
+_MONTH = re.compile(r"(?<!\d)(\d{1,2})\s*月|\b(" + "|".join(m for m in _MONTH_EN if m != "may") + r")\b|"
+                    r"(?:\b(?:in|of|during|since|until|early|late|mid)\s+|\d(?:st|nd|rd|th)?\s+)(may)\b|\b(may)\s+\d", re.I)
 
 
 def time_problem(proposed: TimeRange, request: str, anchor: datetime) -> str | None:
@@ -105,7 +110,7 @@ def time_problem(proposed: TimeRange, request: str, anchor: datetime) -> str | N
     years = {int(y) for y in _YEAR.findall(text)}
     if years and not any(proposed.start.year <= y <= last.year for y in years):
         return f"outside the year the request names ({', '.join(map(str, sorted(years)))})"
-    months = {int(a) if a else _MONTH_EN[b.lower()] for a, b in _MONTH.findall(text)}
+    months = {int(a) if a else _MONTH_EN[(b or c or d).lower()] for a, b, c, d in _MONTH.findall(text)}
     months = {m for m in months if 1 <= m <= 12}
     covered = {(proposed.start + timedelta(days=d)).month for d in range(min((last - proposed.start).days + 1, 366))}
     if months and not months & covered:
@@ -136,9 +141,12 @@ def _is_time_words(keyword: str) -> bool:
     return names_time(keyword) and not re.sub(r"[\W\d_]+", "", without_time_words(keyword))
 
 
-def checked(local, reply: str, request: str, anchor: datetime | None, model: str):
-    """The local plan `local` (a KeywordResult) with what survives of the model's `reply`.
-    Raises ValueError when the reply is unusable as a whole."""
+def checked(local, reply: str, request: str, anchor: datetime | None, model: str,
+            has_content: Callable[[str], bool] = lambda word: True):
+    """The local plan `local` (a KeywordResult) with what survives of the model's `reply`;
+    `has_content` tells a keyword with a topic in it from one about the request (「どうなった」,
+    「話をしました」: in the request, but searching for them lost the evidence). Raises
+    ValueError when the reply is unusable as a whole."""
     data = reply_json(reply)
     offered = parse_keyword_reply(reply)
     rejected: list[str] = []
@@ -146,6 +154,8 @@ def checked(local, reply: str, request: str, anchor: datetime | None, model: str
     for word in offered:
         if _is_time_words(word):
             rejected.append(f"keyword {word!r}: a time, not a topic")
+        elif not has_content(word):
+            rejected.append(f"keyword {word!r}: about the request, not its topic")
         elif grounded(word, request):
             kept.append(word)
         else:
@@ -168,8 +178,10 @@ def checked(local, reply: str, request: str, anchor: datetime | None, model: str
     if time_from:
         origins.append(("time", time_from))
     # The embedded text: English embeds the request's sentence (better than its keywords);
-    # Japanese embeds keywords, the model's where they occur in the request.
-    dense = local.dense_text or " ".join(dict.fromkeys(keywords + local.keywords))
+    # Japanese embeds the local keywords and those of the model's that they do not cover
+    # (「飲食店」 beside 「飲食」 moved the query off the evidence).
+    new = [k for k in kept if not any(k in own or own in k for own in local.keywords)]
+    dense = local.dense_text or " ".join(dict.fromkeys(local.keywords + tuple(new)))
     search = " ".join([local.search_text, *expansions]).strip()
     return replace(local, keywords=keywords, source="llm", reason=f"checked reply of {model}", llm_calls=1,
                    time_range=time_range, search_text=search, dense_text=dense, origins=tuple(origins),

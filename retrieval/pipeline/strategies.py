@@ -40,6 +40,7 @@ class StrategyInput:
     request: str = ""
     budget_tokens: int | None = None  # the hard limit for the whole prompt, when one is set
     memory: MemoryResult | None = None  # the summary and user statements, for strategies that use them
+    closing: str | None = None  # a system message the prompt will carry just before the request
 
 
 class Strategy(Protocol):
@@ -106,7 +107,7 @@ class Blocks:
         dense = dense_rows(index, inp.query_vector)
         budget, max_groups = s.context_tokens, s.top_n
         if inp.budget_tokens is not None:
-            room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt) \
+            room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt, inp.closing) \
                 - history_cost(thread, kept) - CONTEXT_OVERHEAD
             # a budget is always a cap; with fill_budget it is also the target
             budget, max_groups = (room, None) if s.fill_budget else (min(room, budget), max_groups)
@@ -226,6 +227,6 @@ def get_strategy(name: str) -> Strategy:
 
 def strategy_input(index: ThreadIndex, settings: Settings, query_vector: np.ndarray | None = None,
                    keywords: KeywordResult | None = None, request: str = "", budget_tokens: int | None = None,
-                   memory: MemoryResult | None = None) -> StrategyInput:
+                   memory: MemoryResult | None = None, closing: str | None = None) -> StrategyInput:
     return StrategyInput(index.thread, index.turn_units, settings, index, query_vector, keywords, request,
-                         budget_tokens, memory)
+                         budget_tokens, memory, closing)

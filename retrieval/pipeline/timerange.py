@@ -175,16 +175,22 @@ def parse_time_range(request: str, anchor: datetime | None) -> tuple[TimeRange |
 # "two months ago", "in 2022"). An LLM's time range is only believed when the request has one:
 # asked "When did Caroline go to the support group?", the packaged model answered with the day
 # of the thread's last message, and the search was confined to that day.
+_M_NOT_MAY = "|".join(m for m in sorted(MONTHS, key=len, reverse=True) if m != "may")
 _NAMES_TIME = re.compile(
-    r"(\d+|[一二三四五六七八九十数何]+)\s*(年|月|日|週間?|時|時間|か月|ヶ月|カ月)|"
-    r"昨日|きのう|今日|きょう|本日|明日|一昨日|おととい|先週|今週|来週|先々週|先月|今月|来月|去年|昨年|今年|"
-    r"[月火水木金土日]曜|午前|午後|夕方|週末|年末|年始|正月|ゴールデンウィーク|お盆|"
+    r"(\d+|[一二三四五六七八九十数何]+)\s*(年|月|日|週間?|時(?!的)|時間|か月|ヶ月|カ月)|"
+    r"昨日|きのう|今日|きょう|本日|明日|一昨日|おととい|おととし|先週|今週|来週|先々週|先月|今月|来月|先々月|"
+    r"去年|昨年|今年|[月火水木金土日]曜|午前|午後|夕方|週末|年末|年始|正月|ゴールデンウィーク|お盆|"
+    r"[春夏冬]休み|"
     r"\b(january|february|march|april|june|july|august|september|october|november|december|"
     r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?)\b|"
-    rf"\b({_M})\.?\s*\d|\d(st|nd|rd|th)?\s+(of\s+)?({_M})\b|\b(yesterday|today|tonight|tomorrow|ago|weekend)\b|"
+    rf"\b({_M})\.?\s*\d|\d(st|nd|rd|th)?\s+(of\s+)?({_M_NOT_MAY})\b|\d(st|nd|rd|th|\s+of)\s+may\b|"
+    r"\b(in|during|since|until|by|of|early|late|mid|last|next|this)[\s-]+may\b|"
+    r"\b(yesterday|today|tonight|tomorrow|ago|weekend)\b|"
     r"\b(last|this|next|past|previous)\s+(week|month|year|summer|winter|spring|autumn|fall|morning|"
-    r"afternoon|evening|night|time)\b|\b(in|since|during|of)\s+(\d{4}|the\s+(summer|winter|spring|autumn|fall))\b|"
-    r"\b\d{1,2}(:\d{2})?\s*(am|pm)\b|\b\d{1,2}:\d{2}\b", re.I)
+    r"afternoon|evening|night|time)\b|"
+    r"\b(in|since|during|of|over|by)\s+(the\s+)?(\d{4}|summer|winter|spring|autumn|fall)\b|"
+    r"\b(early|late|mid)[\s-]+(\d{4}|summer|winter|spring|autumn|fall)\b|"
+    r"\b\d{1,2}(:\d{2})?\s*(am|pm)\b|\b\d{1,2}:\d{2}\b|\b\d{1,2}/\d{1,2}\b", re.I)
 
 
 def names_time(request: str) -> bool:
