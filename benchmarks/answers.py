@@ -119,7 +119,7 @@ def markdown(results: dict) -> str:
         for name, r in data["strategies"].items():
             failed = f" (failed: {r['failed'][0][:60]})" if r["failed"] else ""
             lines.append(f"| {name} | {r['facts']}/{r['of']} | {', '.join(r['missing']) or '-'} | {r['prompt_tokens']} | "
-                         f"{r['answer_s'] if r['answer_s'] is not None else 'same prompt as above'} | "
+                         f"{r['answer_s'] if r['answer_s'] is not None else 'cached: same prompt as a row above'} | "
                          f"{r['llm_calls']}{failed} |")
         best = max(data["strategies"].items(), key=lambda kv: kv[1]["facts"])
         lines += ["", f"`{best[0]}`'s answer: {(best[1]['answer'] or '').strip()[:600]!r}", ""]
