@@ -20,10 +20,9 @@ import json
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
-from llm_request import DATA, LOCOMO_CATEGORIES, RecordedLLM
+from llm_request import DATA, LOCOMO_CATEGORIES, RecordedLLM, save
 
 from indexers.loader import load
 from indexers.settings import Budget, Settings
@@ -153,10 +152,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT / "answers"), help="path without suffix for .md/.json")
     args = parser.parse_args()
     results = run(args)
-    results["generated"] = datetime.now().isoformat(timespec="seconds")
-    Path(args.out + ".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    Path(args.out + ".md").write_text(markdown(results), encoding="utf-8")
-    print(markdown(results))
+    save(results, args.out, markdown)
 
 
 if __name__ == "__main__":

@@ -196,6 +196,14 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def save(results: dict, out: str, render) -> None:
+    """OUT.json (the figures, stamped) and OUT.md (`render(results)`), the table also printed."""
+    results["generated"] = datetime.now().isoformat(timespec="seconds")
+    Path(out + ".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    Path(out + ".md").write_text(render(results), encoding="utf-8")
+    print(render(results))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=["locomo", "jmultiwoz", "time", "samples"])
@@ -207,10 +215,7 @@ def main() -> None:
     results = run(args.sets, args.budget, args.cache_dir)
     if args.before:
         results["before"] = json.loads(Path(args.before).read_text(encoding="utf-8"))
-    results["generated"] = datetime.now().isoformat(timespec="seconds")
-    Path(args.out + ".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    Path(args.out + ".md").write_text(markdown(results), encoding="utf-8")
-    print(markdown(results))
+    save(results, args.out, markdown)
 
 
 if __name__ == "__main__":

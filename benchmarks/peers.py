@@ -26,7 +26,6 @@ Notes written below NOTES in an existing peers.md are kept when it is written ag
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -60,7 +59,7 @@ from indexers.tokens import REPLY_PRIMING, count_message, count_text
 from retrieval import Engine, History
 from retrieval.evaluate import _Tally, evaluate
 
-from peers_report import BUDGETS, METHODS, NOTES, markdown, plot  # the sibling script: tables, plot
+from peers_report import BUDGETS, METHODS, write  # the sibling script: tables, plot
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -390,13 +389,7 @@ def main() -> None:
     results = {"settings": {"command": command, "wall_s": round(time.perf_counter() - start, 1), "cores": os.cpu_count(),
                             "subset": subset, "budgets": list(BUDGETS), "embedder": EMBEDDER.id, "versions": versions},
                "datasets": datasets}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "peers.json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    md = args.out_dir / "peers.md"
-    notes = md.read_text(encoding="utf-8").partition(NOTES)[2] if md.exists() else ""
-    how = __doc__.split("\n\n", 3)[3].rsplit("\nNotes", 1)[0]
-    md.write_text(markdown(results, command, how) + "\n" + NOTES + notes, encoding="utf-8")
-    plot(results, args.out_dir / "peers.png")
+    write(results, args.out_dir, command, how=__doc__.split("\n\n", 3)[3].rsplit("\nNotes", 1)[0])
     print(f"wrote {args.out_dir}/peers.md, peers.json, peers.png in {results['settings']['wall_s']} s")
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 BUDGETS = ("10%", "25%")
@@ -86,3 +87,13 @@ def plot(results: dict, path: Path) -> None:
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
+
+
+def write(results: dict, out_dir: Path, command: str, how: str) -> None:
+    """peers.json, peers.md (the hand-written notes after NOTES kept) and peers.png."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "peers.json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    md = out_dir / "peers.md"
+    notes = md.read_text(encoding="utf-8").partition(NOTES)[2] if md.exists() else ""
+    md.write_text(markdown(results, command, how) + "\n" + NOTES + notes, encoding="utf-8")
+    plot(results, out_dir / "peers.png")

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from answers import facts_named
-from llm_request import RecordedLLM
+from llm_request import RecordedLLM, save
 
 from indexers.loader import loads
 from indexers.settings import Budget, Settings
@@ -109,10 +109,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT / "sharded"))
     args = parser.parse_args()
     results = run(args.strategies, args.budget, args.cache_dir)
-    results["generated"] = datetime.now().isoformat(timespec="seconds")
-    Path(args.out + ".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    Path(args.out + ".md").write_text(markdown(results), encoding="utf-8")
-    print(markdown(results))
+    save(results, args.out, markdown)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import string
 import unicodedata
@@ -25,6 +24,8 @@ from typing import Any
 from indexers.errors import BackendError, ConfigError
 from indexers.lexical import _janome, is_japanese
 from indexers.tokens import count_message, count_text
+
+from .pipeline.llmplan import reply_json
 
 JUDGE_PROMPT = (
     "You grade an answer to a question about an earlier conversation. You get the question, "
@@ -102,9 +103,8 @@ def judge(llm: Any, question: str, gold: str, answer: str) -> bool:
 def judge_label(reply: str, model: str = "the judge") -> bool:
     """The judge's `label` (its reason may say "correct" or "wrong" too); the first label word
     after "label" when the reply is not JSON."""
-    match = re.search(r"\{.*\}", reply, re.S)
     try:
-        data = json.loads(match.group(0)) if match else None
+        data = reply_json(reply)
     except ValueError:
         data = None
     label = str(data.get("label", "")).strip().upper() if isinstance(data, dict) else ""
