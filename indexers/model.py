@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime
@@ -128,6 +129,16 @@ class Block:
     @property
     def last(self) -> int:
         return self.message_ids[-1]
+
+
+def content_text(content: Any) -> str:
+    """The text of an OpenAI message content: a string, or the text parts of a part list
+    joined by newlines; "" for anything else (None, a tool call's missing content)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return ""
 
 
 def message_text(msg: Message) -> str:

@@ -36,15 +36,6 @@ def as_budget(value: BudgetLike) -> Budget | None:
     return Budget.parse(str(value))
 
 
-def text_of(content: Any) -> str:
-    """The text of an OpenAI content: a string, or the text parts of a part list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    return ""
-
-
 def stored(history: History, thread_id: str, last: int | None = None) -> list[dict[str, Any]]:
     """The stored thread (its newest `last` messages) as OpenAI dicts with ids; an unknown
     thread has none."""

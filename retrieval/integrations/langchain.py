@@ -26,6 +26,8 @@ try:
 except ImportError as exc:
     raise missing_extra("langchain-core", "langchain") from exc
 
+from indexers.model import content_text
+
 from ..history import History
 from . import _shared
 from ._shared import BudgetLike
@@ -146,7 +148,7 @@ def _request(dicts: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     turn: it and them."""
     for pos in range(len(dicts) - 1, -1, -1):
         if dicts[pos]["role"] == "user":
-            return _shared.text_of(dicts[pos].get("content")), dicts[pos:] if pos < len(dicts) - 1 else []
+            return content_text(dicts[pos].get("content")), dicts[pos:] if pos < len(dicts) - 1 else []
     raise InputError("the graph state holds no human message for semhist to answer", field="messages")
 
 

@@ -29,6 +29,8 @@ try:
 except ImportError as exc:
     raise missing_extra("llama-index-core", "llamaindex") from exc
 
+from indexers.model import content_text
+
 from ..history import History
 from ..pipeline.assemble import said
 from . import _shared
@@ -224,7 +226,7 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[ChatMessage]:
 
 
 def _chat_message(m: Mapping[str, Any]) -> ChatMessage:
-    text = _shared.text_of(m.get("content"))
+    text = content_text(m.get("content"))
     calls = m.get("tool_calls") or ()
     blocks: list[Any] = [TextBlock(text=text)] if text or not calls else []
     blocks += [ToolCallBlock(tool_call_id=c["id"], tool_name=c["function"]["name"],

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from indexers.model import Thread
+from indexers.model import Thread, content_text
 from indexers.tokens import REPLY_PRIMING, count_message, count_messages
 
 from .select import PROTECTED_UNITS, Retrieved, Selection, context_line
@@ -154,7 +154,7 @@ def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | 
     while at >= 0 and (turns[at]["role"] in ("tool", "system")
                        or (turns[at]["role"] == "assistant" and turns[at].get("tool_calls"))):
         at -= 1
-    if at >= 0 and turns[at]["role"] == "user" and _text_of(turns[at].get("content")) in (request, as_stored):
+    if at >= 0 and turns[at]["role"] == "user" and content_text(turns[at].get("content")) in (request, as_stored):
         return at
     return None
 
@@ -228,14 +228,8 @@ def said(message: Mapping[str, Any]) -> tuple:
     """What a message said, whatever form it came in: role, text, tool call ids. Tool calls
     and results are known by their ids alone (in a masked thread the stored text differs)."""
     calls = tuple(c.get("id") for c in message.get("tool_calls") or ())
-    text = "" if calls or message.get("tool_call_id") else _text_of(message.get("content")) or ""
+    text = "" if calls or message.get("tool_call_id") else content_text(message.get("content"))
     return message.get("role"), text, message.get("tool_call_id"), calls
-
-
-def _text_of(content: Any) -> str | None:
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
-    return content
 
 
 def _as_parts(content: Any) -> list[dict[str, Any]]:

@@ -16,16 +16,16 @@ the prompt's system prompt, not stored as part of the conversation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import threading
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from indexers.errors import ConfigError, InputError
 from indexers.loader import build_thread, check_request, content_size, resolve_zone
-from indexers.model import Message
+from indexers.model import Message, content_text
 from indexers.settings import Budget, Settings
 from indexers.store import StoredMessage, check_thread_id, thread_id_for
 from indexers.tokens import count_messages
@@ -194,10 +194,8 @@ def _forwarded(m: Mapping[str, Any]) -> dict[str, Any]:
 def _instructions(lead: list[dict[str, Any]]) -> str | None:
     texts = []
     for m in lead:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if isinstance(content, str) and content.strip():
+        content = content_text(m.get("content"))
+        if content.strip():
             texts.append(content)
     return "\n\n".join(texts) or None
 
