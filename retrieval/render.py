@@ -152,3 +152,11 @@ def eval_text(report: dict[str, Any]) -> str:
               f"(first: {report['llm_failures'][name][0]})"
               for name, m in report["strategies"].items() if m.get("llm_failures")]
     return "\n".join([head, table(headers, rows), *failed])
+
+
+def segmentation_text(report: dict[str, Any]) -> str:
+    seg = report["segmentation"]
+    rows = [[f"{seg['segmenter']} (configured)", seg["pk"], seg["window_diff"]]]
+    rows += [[name, m["pk"], m["window_diff"]] for name, m in seg["baselines"].items()]
+    head = f"dataset: {report['dataset']}   threads with topic_segments: {seg['n_threads']}   (lower is better)"
+    return "\n".join([head, table(["segmentation", "pk", "window_diff"], rows)])

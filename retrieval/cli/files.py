@@ -133,6 +133,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     for problem in loaded.problems:
         log.warning("skipped %s", problem)
     threads = loaded.threads[: args.limit] if args.limit else loaded.threads
+    if args.segmentation:
+        return _eval_segmentation(args, settings, threads)
     if args.sample:
         threads = sample_queries(threads, args.sample)
     engine = Engine(settings)
@@ -153,6 +155,26 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         queries_bar.close()
         engine.close()
     print(json.dumps(report, ensure_ascii=False) if args.json else render.eval_text(report))
+    return 0
+
+
+def _eval_segmentation(args: argparse.Namespace, settings: Settings, threads) -> int:
+    from tqdm import tqdm
+
+    from ..engine import Engine
+    from ..segscore import evaluate_segmentation, gold_starts
+
+    gold = gold_starts(args.dataset)
+    engine = Engine(settings, llm=None)
+    scored = sum(1 for t in threads if gold.get(t.id))  # none: the error below, without a bar first
+    bar = tqdm(total=scored, desc="segmenting", unit="thread", file=sys.stderr, disable=args.quiet or not scored)
+    try:
+        report = evaluate_segmentation(engine, threads, gold, dataset=Path(args.dataset).name,
+                                       on_thread=lambda: bar.update(1))
+    finally:
+        bar.close()
+        engine.close()
+    print(json.dumps(report, ensure_ascii=False) if args.json else render.segmentation_text(report))
     return 0
 
 

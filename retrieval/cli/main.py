@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send each prompt to the LLM and score the answer (F1, judge, coverage, prefix reuse)")
     p.add_argument("--details", action="store_true",
                    help="with --json: one record per query (request analysis and where it came from, recall)")
+    p.add_argument("--segmentation", action="store_true",
+                   help="score the segmenter against the file's topic_segments (Pk, WindowDiff) instead")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = _command(sub, "index", files.cmd_index, (EMBED, SEGMENT, INPUT, CACHE),
