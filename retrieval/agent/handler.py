@@ -17,7 +17,7 @@ from indexers.settings import Budget
 
 from .. import render
 from ..history import History
-from ..pipeline.asker import ANSWER_GUIDANCE
+from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 from .memory import NO_STORE, thread_id_for
 
 FORGET = re.compile(r"\s*/forget\s*", re.IGNORECASE)
@@ -41,6 +41,9 @@ class SemhistAgent:
                  system_prompt: str | None = None, timeout: float | None = None, answer_tokens: int | None = None):
         self.history, self.strategy, self.budget = history, strategy, budget
         self.system_prompt = system_prompt or history.settings.system_prompt or ANSWER_GUIDANCE
+        # semhist's guidance comes with its reminder before the request, as in `ask --answer`;
+        # an operator's own system prompt is left to stand alone
+        self.remind = self.system_prompt == ANSWER_GUIDANCE
         self.timeout = timeout or history.settings.llm_timeout  # for the whole turn's LLM work
         self.answer_tokens = answer_tokens or history.settings.answer_tokens
 
@@ -90,7 +93,8 @@ class SemhistAgent:
             # the request's own LLM work (keyword, compaction) counts against the turn's deadline
             result = await asyncio.wait_for(asyncio.to_thread(
                 self.history.ask, thread, text, strategy=self.strategy, budget=self.budget,
-                system_prompt=self.system_prompt), self.timeout * 2)
+                system_prompt=self.system_prompt, closing=answer_reminder(text) if self.remind else None),
+                self.timeout * 2)
         except SemhistError as exc:
             return f"Sorry, I could not read this conversation's history: {exc}"
         except asyncio.TimeoutError:

@@ -234,27 +234,30 @@ class History(Maintenance):
         return [(stored[i], float(s)) for s, i in zip(scores, ids) if i in stored]
 
     def ask(self, thread_id: str, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
-            answer: bool = False, log_turn: bool = True, keywords=None, system_prompt: str | None = None) -> AskResult:
+            answer: bool = False, log_turn: bool = True, keywords=None, system_prompt: str | None = None,
+            closing: str | None = None) -> AskResult:
         """Build the prompt for a stored thread and record what went into it."""
         return self.compare(thread_id, request, [strategy], budget=budget, answer=answer, log_turn=log_turn,
-                            keywords=keywords, strict=True, system_prompt=system_prompt)[0]
+                            keywords=keywords, strict=True, system_prompt=system_prompt, closing=closing)[0]
 
     def compare(self, thread_id: str, request: str, strategies: Iterable[str], *, budget: Budget | None = None,
                 answer: bool = False, log_turn: bool = True, keywords=None, strict: bool = False,
-                system_prompt: str | None = None) -> list[AskResult]:
+                system_prompt: str | None = None, closing: str | None = None) -> list[AskResult]:
         """The same request under several strategies; the keyword is extracted once. A
         strategy that needs an LLM when none is configured is left out (the caller says so),
-        or refused when `strict`. `system_prompt` replaces the configured one for this request."""
+        or refused when `strict`. `system_prompt` replaces the configured one for this request;
+        `closing` is a system message put just before the request (a caller that answers the
+        prompt itself passes `answer_reminder(request)`, as `answer=True` does)."""
         start = time.perf_counter()
         check_request(request, self.settings.max_message_chars)
         asker, memory_ = self.asker, self.memory
-        closing = None
         if answer and system_prompt is None and not self.settings.system_prompt:
             system_prompt, closing = ANSWER_GUIDANCE, answer_reminder(request)
         if system_prompt:
             check_request(system_prompt, self.settings.max_message_chars, what="system prompt")
-        if system_prompt is not None:  # counted in the budget like the configured one
-            settings = replace(self.settings, system_prompt=system_prompt or None)
+        if system_prompt is not None or closing:  # counted in the budget like the configured one
+            settings = replace(self.settings, system_prompt=(self.settings.system_prompt if system_prompt is None
+                                                             else system_prompt or None))
             asker = Asker(settings, self.embedder, self.llm, closing)
             memory_ = Memory(self.store, self.llm, settings, closing)
         names = []

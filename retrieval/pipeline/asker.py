@@ -12,8 +12,8 @@ import numpy as np
 from indexers.embed import Embedder
 from indexers.errors import BackendError, ConfigError
 from indexers.index.thread_index import ThreadIndex
-from indexers.loader import check_request
 from indexers.lexical import is_japanese
+from indexers.loader import check_request
 from indexers.model import Thread
 from indexers.settings import Budget, Settings
 
@@ -41,8 +41,9 @@ ANSWER_GUIDANCE = (
 ANSWER_REMINDER = {
     "en": "Answer the next message from the conversation above. If it asks to summarize or recall a topic, "
           "list as bullet points every specific thing said about it: names, items, prices, places, dates, decisions.",
-    "ja": "次のメッセージに、上の会話の内容から答えてください。話題の要約や振り返りを求められたら、"
-          "その話題について話された具体的な名前・品目・場所・日付・決定をすべて箇条書きで挙げてください。",
+    "ja": "次のメッセージに、上の会話の内容から答えてください。話題の要約を求められたら、その話題について"
+          "アシスタントが答えた内容を一つ残らず、答えごとに1行の箇条書き（「- 」で始める）にしてください。"
+          "店名・メニュー・品目は会話のとおりに書きます。最近のやりとりも忘れずに。",
 }
 
 
