@@ -4,7 +4,15 @@ passing, then buried under unrelated turns, then needed by the last question.
     python benchmarks/make_probes.py
 
 Each thread is a benchmark thread (see ../shared/data/README.md) whose one query carries the
-message index of the detail and `detail`: strings that must appear in the prompt.
+message index of the detail and `detail`: strings that must appear in the prompt. Four kinds
+(the query's category):
+- constraint_probe: a statement said in passing;
+- request_probe: the detail rides in a request (「予算は3万円なので、…教えてください。」),
+  and a plain request said before it, greeting and all ("Morning! Can you recommend…?"),
+  must never become a statement (`never_noted`);
+- supersession_probe: a detail said, then changed a few turns later ("actually, make it
+  Tuesday"): the new value is the detail, the old one is `stale`;
+- casual_probe: casual Japanese statements (「甘いのマジ無理なんだよね」).
 """
 
 from __future__ import annotations
@@ -67,23 +75,100 @@ FILLERS = {
 GREETING = {"ja": ("こんにちは！", "こんにちは。ご用件をどうぞ。"), "en": ("Hi there!", "Hello! How can I help?")}
 
 
+# (plain request said first, its reply, request that carries the detail, its reply, detail, question)
+REQUESTS = {
+    "ja": [
+        ("こんにちは！おすすめのラーメン屋を教えてください。", "一蘭はいかがでしょう。",
+         "予算は3万円なので、ノートPCのおすすめを教えてください。", "いくつか候補を探しますね。", ["3万円"],
+         "結局どのノートPCを買えばいい？"),
+        ("ねえ、明日の天気を調べてください。", "晴れの予報です。",
+         "集合は新宿駅の南口なので、近くのカフェを探して。", "南口の近くにいくつかあります。", ["南口"],
+         "待ち合わせ場所の案内文を書いて。"),
+        ("Pythonの本を選んでください。", "『退屈なことはPythonにやらせよう』はどうでしょう。",
+         "参加者は12人なので、会議室の候補を教えてください。", "探してみます。", ["12人"],
+         "会議室の予約メールを書いて。"),
+    ],
+    "en": [
+        ("Morning! Can you recommend a ramen place?", "Ichiran is popular.",
+         "Our team is 12 people, so can you suggest a venue for the offsite?", "Let me look.", ["12 people"],
+         "Write the booking request for the offsite venue."),
+        ("Hi there. Please summarize the weather for tomorrow.", "Sunny all day.",
+         "My laptop runs Ubuntu 24.04, so could you tell me how to install Docker?", "Sure, use the apt repository.",
+         ["Ubuntu 24.04"], "Which package manager commands do I need for the database client?"),
+        ("Tell me a good book on Python.", "'Fluent Python' is a classic.",
+         "The deadline is March 31, so can you help me plan the tax filing?", "Happy to help.", ["March 31"],
+         "Make me a checklist with dates for the filing."),
+    ],
+}
+# (said, reply, changed a few turns later, its reply, new detail, old detail, question)
+SUPERSEDED = {
+    "ja": [
+        ("定例会議は月曜の10時にしよう。", "月曜10時ですね。", "やっぱり定例会議は火曜にして。", "火曜に変更しました。",
+         ["火曜"], ["月曜"], "定例会議の案内メールを書いて。"),
+        ("旅行先は京都に決めました。", "京都、いいですね。", "ごめん、旅行先は金沢に変更します。", "金沢ですね。",
+         ["金沢"], ["京都"], "旅行の持ち物リストを作って。"),
+        ("予算は5万円でお願いします。", "承知しました。", "予算はやっぱり8万円まで出せます。", "8万円ですね。",
+         ["8万円"], ["5万円"], "予算内で買えるカメラを提案して。"),
+    ],
+    "en": [
+        ("Let's hold the weekly sync on Monday at 10.", "Monday at 10, noted.", "Actually, make the weekly sync Tuesday.",
+         "Moved to Tuesday.", ["Tuesday"], ["Monday"], "Write the invite for the weekly sync."),
+        ("We'll deploy to the Frankfurt region.", "Frankfurt it is.", "Change of plan: we deploy to Dublin instead.",
+         "Dublin, then.", ["Dublin"], ["Frankfurt"], "Which region should the new database go in?"),
+        ("The budget is 500 dollars.", "Got it.", "Scratch that, the budget is 800 dollars now.", "800, noted.",
+         ["800"], ["500"], "Suggest a monitor within my budget."),
+    ],
+}
+CASUAL_JA = [
+    ("俺、甘いのマジ無理なんだよね。", "そうなんですね。", ["甘い"], "おやつのおすすめある？"),
+    ("うちの犬、ポチっていうんだ〜", "かわいい名前ですね。", ["ポチ"], "犬の誕生日カードの文面を考えて。"),
+    ("来週から大阪に転勤なんよ。", "新生活ですね。", ["大阪"], "引っ越し前にやることリスト作って。"),
+    ("朝はコーヒーしか飲まない派っす。", "コーヒー派なんですね。", ["コーヒー"], "朝ごはんのおすすめは？"),
+    ("実家、北海道なんだよね。", "いいところですね。", ["北海道"], "帰省のお土産を選んで。"),
+    ("うち、子ども二人いるんで。", "にぎやかですね。", ["二人"], "週末のお出かけ先を提案して。"),
+]
+SOURCE = "semhist probe set (written for this project)"
+
+
+def _thread(id: str, lang: str, day: int, early: list[tuple[tuple[str, str], int]], fillers_from: int,
+            query: dict) -> dict:
+    """`early`: (turn, fillers after it) said first; then fillers up to 22 exchanges in all."""
+    fillers = FILLERS[lang]
+    turns, k = [GREETING[lang]], fillers_from
+    for turn, gap in early:
+        turns.append(turn)
+        turns += [fillers[(k + j) % len(fillers)] for j in range(gap)]
+        k += gap
+    turns += [fillers[(k + j) % len(fillers)] for j in range(22 - len(turns))]
+    messages, t = [], datetime(2025, 9, 1, 9, 0, tzinfo=timezone(timedelta(hours=9))) + timedelta(days=day)
+    for n, (u, a) in enumerate(turns):
+        t += timedelta(minutes=20 if n % 3 == 2 else 1)
+        messages.append({"role": "user", "content": u, "timestamp": t.isoformat()})
+        messages.append({"role": "assistant", "content": a, "timestamp": (t + timedelta(seconds=30)).isoformat()})
+    return {"id": id, "language": lang, "source": SOURCE, "messages": messages, "queries": [query]}
+
+
 def build() -> list[dict]:
     threads = []
-    start = datetime(2025, 9, 1, 9, 0, tzinfo=timezone(timedelta(hours=9)))
     for lang, probes in PROBES.items():
-        fillers = FILLERS[lang]
         for n, (said, reply, detail, question) in enumerate(probes):
-            turns = [GREETING[lang], (said, reply)]
-            turns += [fillers[(n + k) % len(fillers)] for k in range(20)]
-            messages, t = [], start + timedelta(days=n)
-            for k, (u, a) in enumerate(turns):
-                t += timedelta(minutes=20 if k % 3 == 2 else 1)
-                messages.append({"role": "user", "content": u, "timestamp": t.isoformat()})
-                messages.append({"role": "assistant", "content": a, "timestamp": (t + timedelta(seconds=30)).isoformat()})
-            threads.append({"id": f"probe-{lang}-{n:02d}", "language": lang, "source": "semhist probe set (written for this project)",
-                            "messages": messages,
-                            "queries": [{"query": question, "relevant_message_indices": [2], "category": "constraint_probe",
-                                         "detail": detail}]})
+            threads.append(_thread(f"probe-{lang}-{n:02d}", lang, n, [((said, reply), 0)], n, {
+                "query": question, "relevant_message_indices": [2], "category": "constraint_probe", "detail": detail}))
+    for lang, probes in REQUESTS.items():
+        for n, (plain, plain_reply, said, reply, detail, question) in enumerate(probes):
+            threads.append(_thread(f"probe-{lang}-request-{n:02d}", lang, 20 + n,
+                                   [((plain, plain_reply), 1), ((said, reply), 0)], n, {
+                "query": question, "relevant_message_indices": [6], "category": "request_probe", "detail": detail,
+                "never_noted": [plain]}))
+    for lang, probes in SUPERSEDED.items():
+        for n, (said, reply, changed, changed_reply, detail, stale, question) in enumerate(probes):
+            threads.append(_thread(f"probe-{lang}-superseded-{n:02d}", lang, 30 + n,
+                                   [((said, reply), 3), ((changed, changed_reply), 0)], n, {
+                "query": question, "relevant_message_indices": [10], "category": "supersession_probe",
+                "detail": detail, "stale": stale}))
+    for n, (said, reply, detail, question) in enumerate(CASUAL_JA):
+        threads.append(_thread(f"probe-ja-casual-{n:02d}", "ja", 40 + n, [((said, reply), 0)], n, {
+            "query": question, "relevant_message_indices": [2], "category": "casual_probe", "detail": detail}))
     return threads
 
 

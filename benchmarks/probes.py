@@ -34,9 +34,14 @@ VARIANTS = {  # label: (strategy, blocks_memory, budget or None for --budget)
 }
 
 
-def details() -> dict[str, list[str]]:
+KINDS = {"constraint_probe": "statement", "request_probe": "in a request", "supersession_probe": "changed later",
+         "casual_probe": "casual JA"}
+
+
+def queries() -> dict[str, dict]:
+    """Each probe's query as written (detail, stale, never_noted: see make_probes.py)."""
     with PROBES.open(encoding="utf-8") as f:
-        return {t["id"]: t["queries"][0]["detail"] for t in map(json.loads, f)}
+        return {t["id"]: t["queries"][0] for t in map(json.loads, f)}
 
 
 def run(limit: int | None, budget: str, variants: list[str]) -> dict:
@@ -45,20 +50,27 @@ def run(limit: int | None, budget: str, variants: list[str]) -> dict:
         ja = [t for t in threads if t.language == "ja"][: (limit + 1) // 2]
         en = [t for t in threads if t.language == "en"][: limit // 2]
         threads = ja + en
-    wanted = details()
+    wanted = queries()
     out = {}
     for label in variants:
         strategy, memory, own_budget = VARIANTS[label]
         with tempfile.TemporaryDirectory() as tmp:
             engine = Engine(Settings.load(cache_dir=tmp, blocks_memory=memory))
-            kept, tokens, calls, full, seconds = [], [], [], [], []
+            kept, tokens, calls, full, seconds, stale, noted = [], [], [], [], [], [], []
             for thread in threads:
                 query = thread.queries[0].text
                 start = time.perf_counter()
                 result = engine.ask(thread, query, strategy=strategy, budget=Budget.parse(own_budget or budget))
                 seconds.append(time.perf_counter() - start)
                 text = "\n".join(str(m.get("content") or "") for m in result.prompt.messages)
-                kept.append(all(d in text for d in wanted[thread.id]))
+                query = wanted[thread.id]
+                kept.append(all(d in text for d in query["detail"]))
+                # the old value sent too (the model must tell which one holds), and requests filed
+                # as statements by the structured list: each counted where the probe has them
+                if query.get("stale"):
+                    stale.append(any(d in text for d in query["stale"]))
+                notes = result.memory.notes if result.memory else []
+                noted.extend(any(plain in n.quote for n in notes) for plain in query.get("never_noted", []))
                 tokens.append(result.prompt.tokens)
                 full.append(result.full_tokens)
                 calls.append(result.llm_calls)
@@ -66,7 +78,10 @@ def run(limit: int | None, budget: str, variants: list[str]) -> dict:
                       "mean_tokens": round(sum(tokens) / len(tokens), 1),
                       "token_ratio": round(sum(tokens) / sum(full), 3),
                       "llm_calls": sum(calls), "seconds": round(sum(seconds), 1),
-                      "missed": [t.id for t, k in zip(threads, kept) if not k], "budget": own_budget or budget}
+                      "missed": [t.id for t, k in zip(threads, kept) if not k], "budget": own_budget or budget,
+                      "by_kind": {kind: [sum(k for t, k in zip(threads, kept) if wanted[t.id]["category"] == kind),
+                                         sum(wanted[t.id]["category"] == kind for t in threads)] for kind in KINDS},
+                      "stale_sent": [sum(stale), len(stale)], "requests_noted": [sum(noted), len(noted)]}
     return out
 
 
@@ -88,7 +103,16 @@ def main() -> None:
         missed = ", ".join(r["missed"]) if len(r["missed"]) < r["n"] else "all"
         lines.append(f"| {label} | {r['budget']} | {r['kept']}/{r['n']} | {r['share']} | {r['mean_tokens']} | "
                      f"{r['token_ratio']} | {r['llm_calls']} | {r['seconds']} | {missed or '-'} |")
+    lines += ["", "By kind of probe (detail in prompt), the old value of a changed detail sent as well, and plain "
+              "requests filed as user statements by the structured list:", "",
+              "| strategy | " + " | ".join(KINDS.values()) + " | old value also sent | requests filed as statements |",
+              "|---|" + "---|" * (len(KINDS) + 2)]
+    for label, r in results.items():
+        kinds = [f"{k}/{n}" if n else "-" for k, n in r["by_kind"].values()]
+        lines.append(f"| {label} | " + " | ".join(kinds) + f" | {r['stale_sent'][0]}/{r['stale_sent'][1]} | "
+                     f"{r['requests_noted'][0]}/{r['requests_noted'][1]} |")
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
     print("\n".join(lines))
 
 

@@ -205,6 +205,12 @@ def test_cli_compare_shows_seven_strategies_and_stats(llm_env, tmp_path):
     ("来月から大阪に引っ越しますので、よろしくお願いします。", False),
     ("Could you book a table for Friday, my budget is $50.", False),
     ("List of my allergies: peanuts and shellfish.", False),
+    # greetings and thanks state nothing; an interjection is no clause of its own
+    ("Morning! Can you help me plan the infrastructure for our new chat service?", True),
+    ("こんにちは！おすすめのラーメン屋を教えてください。", True), ("ねえ、明日の天気を調べて。", True),
+    ("Hi there. Please summarize the weather for tomorrow.", True), ("Thanks!", True), ("こんにちは！", True),
+    ("Thanks! I'll book a table for six at 12:30 then.", False), ("Hi, I'm allergic to peanuts.", False),
+    ("ところで、うちのサーバーは香港にあるんだ。ログの見方を教えて。", False),
 ])
 def test_only_pure_questions_skip_extraction(text, expected):
     from retrieval.memory.compaction import only_questions
@@ -227,12 +233,17 @@ def test_parse_note(reply, expected):
 def test_probe_set_shape():
     from tests.conftest import ROOT
     rows = [json.loads(line) for line in (ROOT / "data" / "probes" / "probes.jsonl").open(encoding="utf-8")]
-    assert len(rows) >= 20 and {r["language"] for r in rows} == {"ja", "en"}
+    assert len(rows) >= 40 and {r["language"] for r in rows} == {"ja", "en"}
+    kinds = {r["queries"][0]["category"] for r in rows}
+    assert kinds == {"constraint_probe", "request_probe", "supersession_probe", "casual_probe"}
     for r in rows:
-        q = r["queries"][0]
-        detail_msg = r["messages"][q["relevant_message_indices"][0]]["content"]
-        assert all(d in detail_msg for d in q["detail"])
-        assert not any(d in m["content"] for m in r["messages"][4:] for d in q["detail"])  # said once, early
+        q, texts = r["queries"][0], [m["content"] for m in r["messages"]]
+        at = q["relevant_message_indices"][0]
+        assert r["messages"][at]["role"] == "user" and all(d in texts[at] for d in q["detail"])
+        assert at <= 10 and len(texts) >= 40  # early, then buried
+        assert not any(d in m for m in texts[at + 2:] for d in q["detail"])  # said once (and its reply)
+        assert not any(d in m for m in texts[at:] for d in q.get("stale", []))  # the old value only before
+        assert all(plain in texts[:at] for plain in q.get("never_noted", []))
 
 
 @pytest.mark.parametrize("reply,limit,expected", [

@@ -73,17 +73,27 @@ _ASK_EN = re.compile(r"^(please\s+)?(can|could|would|will)\s+you\b|^(please\s+)?
 _STATES_TOO = re.compile(r"[、，,:：;；]|ので|から|けど|けれど")
 
 
+# A greeting or thanks states nothing, and an interjection before a request is no clause of its
+# own: the model filed "Morning! Can you help me plan the infrastructure…?" as a decision.
+_SOCIAL = re.compile(r"^(hi|hello|hey|morning|good (morning|afternoon|evening)|thanks|thank you|ok|okay|great|"
+                     r"cool|sure|こんにちは|こんばんは|おはよう(ございます)?|ありがとう(ございます)?|どうも|はい|了解)"
+                     r"(\s+(there|all|again|so much))?[\s!！.。,、~〜]*$", re.I)
+_INTERJECTION = re.compile(r"^(ねえ|ねぇ|あの|あのさ|えっと|じゃあ|hey|so|ok|okay|well|hi|hello)[、,]\s*", re.I)
+
+
 def _asks(sentence: str) -> bool:
     if sentence.endswith(("?", "？")):
         return True
+    sentence = _INTERJECTION.sub("", sentence)
     return bool(_ASK_JA.search(sentence) or _ASK_EN.search(sentence)) and not _STATES_TOO.search(sentence)
 
 
 def only_questions(text: str) -> bool:
-    """True when every sentence of the message asks (a question or a request): nothing stated
-    to remember. ("Our servers are in Frankfurt. How do I read the logs?" still states something.)"""
+    """True when every sentence of the message asks (a question or a request) or greets:
+    nothing stated to remember. ("Our servers are in Frankfurt. How do I read the logs?"
+    still states something.)"""
     sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
-    return bool(sentences) and all(_asks(s) for s in sentences)
+    return bool(sentences) and all(_SOCIAL.match(s) or _asks(s) for s in sentences)
 
 
 class Compactor:
