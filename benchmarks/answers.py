@@ -3,14 +3,20 @@
     semhist llm-server --port 8080 &      # or any OpenAI-compatible endpoint
     export OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_API_KEY=local SEMHIST_LLM_MODEL=qwen2.5-coder-1.5b-instruct-q4_k_m
     python benchmarks/answers.py [--parts samples locomo jmultiwoz] [--locomo 12] [--jmultiwoz 8]
+                                 [--thread locomo_conv-26 --thread jmultiwoz_thread_000]
 
 samples: the two sample requests (`semhist ask data/samples/ramen.json "..." --answer`, default
 budgets) under every strategy; the facts each answer names, from data/samples/answer_facts.json.
 locomo / jmultiwoz: `semhist eval --answer` on an evenly spaced subset at a 10% budget (LoCoMo
 categories 1-4: token F1 and the judge; JMultiWOZ: coverage of the evidence's names, numbers
-and times). `full` is left out there: a LoCoMo thread (~25,000 tokens) does not fit the
-packaged model's 8,192-token context. Replies are kept in the cache directory by exact
-prompt (a rerun costs no model time). Writes benchmarks/answers.md and .json.
+and times). `full` is sent the whole thread (no budget), in a pass of its own before the
+others: its prompts share the thread as their prefix, which llama.cpp reuses from one question
+to the next, and a LoCoMo thread (10,000-20,000 tokens) needs `semhist llm-server --ctx-size
+32768`. `--thread` keeps the questions of the named threads only, so that summary and
+structured compact each thread once for all its questions. Compaction may catch up a whole
+thread on the first ask (`compaction_calls` 1000), as on a bot that ran on it all along.
+Replies are kept in the cache directory by exact prompt (a rerun costs no model time).
+Writes benchmarks/answers.md and .json.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks"
 FACTS = ROOT / "data" / "samples" / "answer_facts.json"
 ALL = ["full", "window", "token-budget", "summary", "structured", "utterances", "blocks"]
-EVAL_STRATEGIES = ["window", "token-budget", "utterances", "blocks"]
+EVAL_STRATEGIES = ALL
 
 
 def facts_named(answer: str, facts: dict[str, list[str]]) -> list[str]:
@@ -71,15 +77,30 @@ def samples(settings: Settings, llm, strategies: list[str]) -> dict:
 
 
 def benchmark(settings: Settings, llm, judge, label: str, threads, strategies: list[str], budget: str) -> dict:
-    engine = Engine(settings, llm=llm)
-    start = time.perf_counter()
-    try:
-        report = evaluate(engine, threads, strategies, budget=Budget.parse(budget), dataset=label, details=True,
-                          answer=True, judge_llm=judge)
-    finally:
-        engine.close()
-    report["wall_s"] = round(time.perf_counter() - start, 1)
-    return report
+    """The budgeted strategies at `budget`; `full` alone and whole, first, then judged (its
+    answers from the reply cache), so no other prompt evicts the thread's cached prefix."""
+    reports = {}
+    for names, limit in ((["full"] if "full" in strategies else [], None),
+                         ([n for n in strategies if n != "full"], Budget.parse(budget))):
+        if not names:
+            continue
+        engine = Engine(settings, llm=llm)
+        start = time.perf_counter()
+        try:
+            if limit is None and judge is not None:  # answers first, judged below from the cache
+                evaluate(engine, threads, names, budget=None, dataset=label, answer=True)
+            reports[limit] = evaluate(engine, threads, names, budget=limit, dataset=label, details=True,
+                                      answer=True, judge_llm=judge)
+        finally:
+            engine.close()
+        reports[limit]["wall_s"] = round(time.perf_counter() - start, 1)
+    first, *rest = reports.values()
+    for other in rest:
+        for key in ("strategies", "categories", "llm_failures"):
+            first[key].update(other[key])
+        first["wall_s"] += other["wall_s"]
+    first["budget"] = budget
+    return first
 
 
 def run(args) -> dict:
@@ -87,7 +108,7 @@ def run(args) -> dict:
     if settings.llm is None:
         raise SystemExit("no LLM configured: start `semhist llm-server` and export OPENAI_BASE_URL, "
                          "OPENAI_API_KEY and SEMHIST_LLM_MODEL (see the docstring)")
-    settings = replace(settings, llm_timeout=600, llm=replace(settings.llm, timeout=600))
+    settings = replace(settings, llm_timeout=900, llm=replace(settings.llm, timeout=900), compaction_calls=1000)
     cache = Path(settings.cache_dir)
     llm = RecordedLLM(make_llm(settings.llm), cache / "answers_replies.jsonl")
     judge_client = make_judge(settings)
@@ -99,10 +120,11 @@ def run(args) -> dict:
     if "locomo" in args.parts:
         threads = [replace(t, queries=tuple(q for q in t.queries if q.category in LOCOMO_CATEGORIES))
                    for t in load(DATA / "locomo.jsonl").threads]
+        threads = [t for t in threads if not args.thread or t.id in args.thread]
         results["locomo"] = benchmark(settings, llm, judge, f"LoCoMo-{args.locomo}",
                                       sample_queries(threads, args.locomo), strategies, args.budget)
     if "jmultiwoz" in args.parts:
-        threads = load(DATA / "jmultiwoz_threads.jsonl").threads
+        threads = [t for t in load(DATA / "jmultiwoz_threads.jsonl").threads if not args.thread or t.id in args.thread]
         results["jmultiwoz"] = benchmark(settings, llm, None, f"JMultiWOZ-{args.jmultiwoz}",
                                          sample_queries(threads, args.jmultiwoz), strategies, args.budget)
     return results
@@ -111,14 +133,16 @@ def run(args) -> dict:
 def markdown(results: dict) -> str:
     lines = ["# Answers, scored", "",
              f"Generated by `python benchmarks/answers.py` with {results['model']} (the packaged model) answering "
-             f"and {results['judge'] or 'no'} judging, on this machine (2 busy cores).", ""]
+             f"and {results['judge'] or 'no'} judging, on this machine (2 busy cores). Replies come from the "
+             "reply cache where an earlier run asked the same prompt: their times (answer s, answer_ms_p50) are "
+             "then cache reads, not model time.", ""]
     for file, data in results.get("samples", {}).items():
         lines += [f"## {file}: {data['request']}", "", "Default budgets, as `semhist ask FILE REQUEST --answer`.", "",
                   "| strategy | facts named | missing | prompt tokens | answer s | LLM calls |", "|---|---|---|---|---|---|"]
         for name, r in data["strategies"].items():
             failed = f" (failed: {r['failed'][0][:60]})" if r["failed"] else ""
             lines.append(f"| {name} | {r['facts']}/{r['of']} | {', '.join(r['missing']) or '-'} | {r['prompt_tokens']} | "
-                         f"{r['answer_s'] if r['answer_s'] is not None else 'cached: same prompt as a row above'} | "
+                         f"{r['answer_s'] if r['answer_s'] is not None else 'from the reply cache'} | "
                          f"{r['llm_calls']}{failed} |")
         best = max(data["strategies"].items(), key=lambda kv: kv[1]["facts"])
         lines += ["", f"`{best[0]}`'s answer: {(best[1]['answer'] or '').strip()[:600]!r}", ""]
@@ -131,7 +155,8 @@ def markdown(results: dict) -> str:
         lines += [f"## {report['dataset']} at {report['budget']} ({report['wall_s']} s)", "",
                   "| strategy | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for name, m in report["strategies"].items():
-            lines.append(f"| {name} | " + " | ".join("-" if m.get(c) is None else str(m[c]) for c in cols) + " |")
+            label = f"{name} (whole thread)" if name == "full" else name
+            lines.append(f"| {label} | " + " | ".join("-" if m.get(c) is None else str(m[c]) for c in cols) + " |")
         lines.append("")
         for name, cats in report["categories"].items():
             shown = [f"{c} F1 {v.get('answer_f1')} J {v.get('judge_accuracy')}" if v.get("answer_f1") is not None
@@ -148,6 +173,7 @@ def main() -> None:
     parser.add_argument("--locomo", type=int, default=12, help="LoCoMo questions (evenly spaced)")
     parser.add_argument("--jmultiwoz", type=int, default=8, help="JMultiWOZ requests (evenly spaced)")
     parser.add_argument("--budget", default="10%")
+    parser.add_argument("--thread", action="append", help="only this thread's questions (repeatable)")
     parser.add_argument("--cache-dir")
     parser.add_argument("--out", default=str(OUT / "answers"), help="path without suffix for .md/.json")
     args = parser.parse_args()
