@@ -19,29 +19,10 @@ from indexers.loader import load
 from indexers.segment import TimeGapSegmenter, TopicSegmenter
 from indexers.settings import Settings
 from retrieval import Engine
+from retrieval.segscore import pk_window_diff as pk_wd
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-
-
-def labels(starts: list[int], n: int) -> np.ndarray:
-    out = np.zeros(n, dtype=np.int64)
-    for s in starts[1:]:
-        out[s:] += 1
-    return out
-
-
-def pk_wd(reference: list[int], hypothesis: list[int], n: int) -> tuple[float, float]:
-    """Pk (Beeferman et al. 1999) and WindowDiff (Pevzner & Hearst 2002), k = half the mean
-    reference segment length."""
-    k = max(1, round(n / (2 * len(reference))))
-    r, h = labels(reference, n), labels(hypothesis, n)
-    if n <= k:
-        return 0.0, 0.0
-    same_r, same_h = r[:-k] == r[k:], h[:-k] == h[k:]
-    pk = float(np.mean(same_r != same_h))
-    wd = float(np.mean((r[k:] - r[:-k]) != (h[k:] - h[:-k])))
-    return pk, wd
 
 
 def starts_of(blocks, with_parts: bool) -> list[int]:

@@ -12,8 +12,8 @@ import numpy as np
 from indexers.embed import Embedder
 from indexers.errors import BackendError, ConfigError
 from indexers.index.thread_index import ThreadIndex
-from indexers.lexical import is_japanese
 from indexers.loader import check_request
+from indexers.lexical import is_japanese
 from indexers.model import Thread
 from indexers.settings import Budget, Settings
 
