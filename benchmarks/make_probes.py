@@ -13,6 +13,9 @@ message index of the detail and `detail`: strings that must appear in the prompt
 - supersession_probe: a detail said, then changed a few turns later ("actually, make it
   Tuesday"): the new value is the detail, the old one is `stale`;
 - casual_probe: casual Japanese statements (「甘いのマジ無理なんだよね」).
+
+It also writes data/probes/cjk.jsonl: Chinese and Korean threads whose fact is asked back
+(`semhist eval data/probes/cjk.jsonl` scores retrieval on them).
 """
 
 from __future__ import annotations
@@ -127,19 +130,58 @@ CASUAL_JA = [
     ("実家、北海道なんだよね。", "いいところですね。", ["北海道"], "帰省のお土産を選んで。"),
     ("うち、子ども二人いるんで。", "にぎやかですね。", ["二人"], "週末のお出かけ先を提案して。"),
 ]
+# Chinese and Korean: the fact said once, asked back with its own words (「我叫什么名字？」), so
+# the lexical side must find it; written for data/probes/cjk.jsonl (`semhist eval` scores it).
+CJK = {
+    "zh": [
+        ("我叫小王，在上海工作。", "你好，小王！", "我叫什么名字？"),
+        ("我的猫叫咪咪，今年三岁了。", "好可爱的名字。", "我的猫叫什么？"),
+        ("我们的服务器在新加坡机房。", "明白了。", "服务器在哪个机房？"),
+        ("下周三下午两点开项目评审会。", "好的，记下了。", "项目评审会是什么时候？"),
+        ("我对花生过敏，不能吃。", "谢谢告诉我。", "我对什么过敏？"),
+        ("数据库我们决定用PostgreSQL。", "好的选择。", "我们决定用哪个数据库？"),
+    ],
+    "ko": [
+        ("제 이름은 민수예요. 서울에 살아요.", "반가워요, 민수 님!", "제 이름이 뭐예요?"),
+        ("우리 강아지 이름은 초코예요.", "귀여운 이름이네요.", "우리 강아지 이름이 뭐였죠?"),
+        ("회사 서버는 부산 데이터센터에 있어요.", "알겠습니다.", "서버가 어느 데이터센터에 있다고 했죠?"),
+        ("다음 주 목요일 오후 3시에 팀 회의가 있어요.", "메모했어요.", "팀 회의는 언제예요?"),
+        ("저는 땅콩 알레르기가 있어요.", "알려 주셔서 감사해요.", "제가 무슨 알레르기가 있다고 했죠?"),
+        ("여행은 제주도로 가기로 했어요.", "좋네요!", "여행은 어디로 가기로 했죠?"),
+    ],
+}
+FILLERS["zh"] = [
+    ("明天天气怎么样？", "预报说是晴天。"), ("有什么好看的电影推荐吗？", "可以看看《千与千寻》。"),
+    ("怎么学习Python？", "从小程序开始写。"), ("最近人工智能有什么新闻？", "大语言模型很受关注。"),
+    ("周末做什么好呢？", "散步或者看书都不错。"), ("推荐一本书吧。", "《活着》很受欢迎。"),
+    ("早饭吃什么好？", "豆浆和包子怎么样？"), ("跑步有什么技巧？", "慢慢跑，跑得久一点。"),
+    ("怎么整理房间？", "先扔掉不用的东西。"), ("推荐点音乐吧。", "试试爵士乐。"),
+    ("怎样才能早起？", "每天固定时间睡觉。"), ("绿植怎么养？", "不要浇太多水。"),
+]
+FILLERS["ko"] = [
+    ("내일 날씨 어때요?", "맑을 거라고 해요."), ("볼 만한 영화 있어요?", "'센과 치히로의 행방불명'을 추천해요."),
+    ("파이썬은 어떻게 공부해요?", "작은 프로그램부터 만들어 보세요."), ("요즘 AI 소식은요?", "대규모 언어 모델이 화제예요."),
+    ("주말에 뭐 할까요?", "산책이나 독서는 어때요?"), ("책 추천해 주세요.", "'아몬드'가 인기 있어요."),
+    ("아침으로 뭐 먹을까요?", "토스트와 우유는 어때요?"), ("조깅 요령이 있어요?", "천천히 오래 달리세요."),
+    ("방 정리는 어떻게 해요?", "안 쓰는 물건부터 정리하세요."), ("음악 추천해 주세요.", "재즈를 들어 보세요."),
+    ("일찍 일어나는 방법은요?", "매일 같은 시간에 주무세요."), ("화분은 어떻게 키워요?", "물을 너무 많이 주지 마세요."),
+]
+GREETING["zh"] = ("你好！", "你好，有什么可以帮你的？")
+GREETING["ko"] = ("안녕하세요!", "안녕하세요. 무엇을 도와드릴까요?")
+CJK_OUT = OUT.with_name("cjk.jsonl")
 SOURCE = "semhist probe set (written for this project)"
 
 
 def _thread(id: str, lang: str, day: int, early: list[tuple[tuple[str, str], int]], fillers_from: int,
-            query: dict) -> dict:
-    """`early`: (turn, fillers after it) said first; then fillers up to 22 exchanges in all."""
+            query: dict, exchanges: int = 22) -> dict:
+    """`early`: (turn, fillers after it) said first; then fillers up to `exchanges` in all."""
     fillers = FILLERS[lang]
     turns, k = [GREETING[lang]], fillers_from
     for turn, gap in early:
         turns.append(turn)
         turns += [fillers[(k + j) % len(fillers)] for j in range(gap)]
         k += gap
-    turns += [fillers[(k + j) % len(fillers)] for j in range(22 - len(turns))]
+    turns += [fillers[(k + j) % len(fillers)] for j in range(exchanges - len(turns))]
     messages, t = [], datetime(2025, 9, 1, 9, 0, tzinfo=timezone(timedelta(hours=9))) + timedelta(days=day)
     for n, (u, a) in enumerate(turns):
         t += timedelta(minutes=20 if n % 3 == 2 else 1)
@@ -172,12 +214,19 @@ def build() -> list[dict]:
     return threads
 
 
+def build_cjk() -> list[dict]:
+    return [_thread(f"probe-{lang}-{n:02d}", lang, n, [((said, reply), 0)], n, {
+        "query": question, "relevant_message_indices": [2], "category": f"{lang}_fact"}, exchanges=80)
+        for lang, probes in CJK.items() for n, (said, reply, question) in enumerate(probes)]
+
+
 def main() -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    with OUT.open("w", encoding="utf-8") as f:
-        for thread in build():
-            f.write(json.dumps(thread, ensure_ascii=False) + "\n")
-    print(f"wrote {OUT}")
+    for path, threads in ((OUT, build()), (CJK_OUT, build_cjk())):
+        with path.open("w", encoding="utf-8") as f:
+            for thread in threads:
+                f.write(json.dumps(thread, ensure_ascii=False) + "\n")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

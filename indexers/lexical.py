@@ -1,9 +1,11 @@
 """Lexical side of search: language-aware tokens and a small BM25 index.
 
-Japanese text (detected per message by its script) is cut by janome into content words
-(nouns, verbs and adjectives in their base form); other text into lower-cased words reduced
-by the Snowball English stemmer. Meta-words of requests (履歴, 要約, "summarize"...) and
-English stopwords never count as evidence.
+The language is detected per message by its script. Japanese text is cut by janome into
+content words (nouns, verbs and adjectives in their base form); Chinese into characters and
+character pairs; Korean into word stems and syllable pairs; other text (and the Latin words
+in Chinese and Korean) into lower-cased words reduced by the Snowball English stemmer.
+Meta-words of requests (履歴, 要約, 总结, 요약, "summarize"...) and stopwords never count as
+evidence.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-_JA_CHARS = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_HANGUL = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_CJK = re.compile(f"{_KANA.pattern}|{_HAN.pattern}|{_HANGUL.pattern}")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 
 JA_META = frozenset("""
@@ -37,8 +42,41 @@ decide decided agree agreed s t her his him hers she he mine yours ours theirs
 """.split())
 
 
+# Requests and their history in Chinese and Korean: function words that never count as
+# evidence, and the meta-words of a request (历史, 요약...), as JA_META is for Japanese.
+ZH_STOP = tuple(sorted(set("""
+什么 怎么 怎样 为什么 哪里 哪儿 哪个 哪些 多少 几 谁 吗 呢 吧 啊 呀 的 了 着 过 是 在 有 和 与 也 都 还 就 又
+我 你 您 他 她 它 我们 你们 他们 咱们 这 那 这个 那个 这些 那些 请 告诉 一下 知道 记得 说 说过 聊 聊过 谈 谈过
+讨论 之前 以前 刚才 上次 历史 记录 聊天 对话 内容 总结 概括 问题 回答 关于 一些 什么样 可以 能 会 要 想 吗？
+""".split()), key=len, reverse=True))
+KO_STOP = frozenset("""
+제 저 저는 제가 나 내 내가 우리 우리가 당신 뭐 뭐예요 뭐였죠 무엇 무슨 어디 언제 누구 왜 어떻게 어느 그 이 저것 그것 것 거
+좀 수 있다 있어요 했죠 했어요 하다 해요 말 말했죠 얘기 이야기 대화 내용 기록 요약 정리 전에 이전 아까 다시 알려 주세요 줘
+대해 관해 있 없 하 되
+""".split())
+# Korean particles and endings, longest first: the stem of 「이름은」 is 「이름」.
+_KO_SUFFIXES = tuple(sorted("""
+이에요 예요 입니다 습니다 이었죠 였죠 이죠 죠 에서 에게 한테 으로 로 은 는 이 가 을 를 에 의 도 와 과 요 랑 이랑 까지 부터 처럼 보다
+이라고 라고 이야 야 다고 해 한 했 하고 하는 해서 할 했던 하던
+""".split(), key=len, reverse=True))
+
+
+def language(text: str) -> str:
+    """ja (any kana), ko (any hangul), zh (Han characters alone) or en (anything else)."""
+    if _KANA.search(text):
+        return "ja"
+    if _HANGUL.search(text):
+        return "ko"
+    return "zh" if _HAN.search(text) else "en"
+
+
 def is_japanese(text: str) -> bool:
-    return bool(_JA_CHARS.search(text))
+    return language(text) == "ja"
+
+
+def is_cjk(text: str) -> bool:
+    """Written in Chinese, Japanese or Korean script (words are not cut by spaces)."""
+    return bool(_CJK.search(text))
 
 
 # One tokenizer and stemmer per thread: the Snowball stemmer keeps its word in the object
@@ -80,13 +118,64 @@ def _japanese_words(text: str) -> list[str]:
 TERM_CHARS = 20_000
 
 
+def chinese_runs(text: str) -> list[str]:
+    """The Han runs of `text` with its function and meta-words taken out: 「我叫什么名字？」 ->
+    叫, 名字."""
+    for word in ZH_STOP:
+        text = text.replace(word, " ")
+    return [run for run in re.findall(f"(?:{_HAN.pattern})+", text)]
+
+
+def _chinese_terms(text: str) -> list[str]:
+    """Characters and character pairs (no dictionary ships for Chinese: pairs are what
+    CJK search engines index, and single characters catch one-character words)."""
+    out = []
+    for run in chinese_runs(text):
+        out += list(run) + [run[i:i + 2] for i in range(len(run) - 1)]
+    return out
+
+
+def korean_stems(text: str) -> list[str]:
+    """The words of Korean text without their particles and endings: 「제 이름은 민수예요」 ->
+    이름, 민수 (the pronoun is a function word)."""
+    out = []
+    for word in re.findall(f"(?:{_HANGUL.pattern})+", text):
+        if word in KO_STOP:
+            continue
+        stem = next((word[:-len(s)] for s in _KO_SUFFIXES if word.endswith(s) and len(word) > len(s)), word)
+        if stem not in KO_STOP:
+            out.append(stem)
+    return out
+
+
+def _korean_terms(text: str) -> list[str]:
+    """Each word's stem and its syllable pairs: the pairs match where a particle list does not
+    (고양이를 / 고양이는 share 고양, 양이)."""
+    out = []
+    for word in re.findall(f"(?:{_HANGUL.pattern})+", text):
+        stems = korean_stems(word)
+        if not stems:  # a function or meta-word, whatever its ending
+            continue
+        out += stems + [word[i:i + 2] for i in range(len(word) - 1) if word[i:i + 2] not in stems]
+    return out
+
+
+def _latin_terms(text: str) -> list[str]:
+    stem = _stemmer().stemWord
+    return [stem(w) for w in (x.lower() for x in _WORD.findall(text)) if w not in EN_STOP]
+
+
 def tokenize(text: str) -> list[str]:
     """Index terms of one text (of its first TERM_CHARS characters), by its own language."""
     text = text[:TERM_CHARS]
-    if is_japanese(text):
+    lang = language(text)
+    if lang == "ja":
         return _japanese_words(text)
-    stem = _stemmer().stemWord
-    return [stem(w) for w in (x.lower() for x in _WORD.findall(text)) if w not in EN_STOP]
+    if lang == "zh":
+        return _chinese_terms(text) + _latin_terms(text)
+    if lang == "ko":
+        return _korean_terms(text) + _latin_terms(text)
+    return _latin_terms(text)
 
 
 class BM25:

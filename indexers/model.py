@@ -33,6 +33,9 @@ class Message:
     # What semhist keeps but does not interpret, returned as given: the content parts of a
     # message sent as parts ({"content": [...]}) and the role it was sent with ({"role": "developer"}).
     verbatim: dict[str, Any] | None = field(default=None, compare=False)
+    # What a prompt shows instead of an old tool result (retrieval/pipeline/toolresults.py);
+    # its text stays what search and the retrieved context read.
+    cleared: str | None = field(default=None, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
         """This message as an OpenAI chat `messages` entry (tool calls and parts as given)."""
@@ -46,6 +49,8 @@ class Message:
             out["tool_call_id"] = self.tool_call_id
         if self.verbatim:
             out.update(self.verbatim)
+        if self.cleared is not None:
+            out["content"] = self.cleared
         return out
 
 

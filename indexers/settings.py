@@ -93,7 +93,7 @@ class Settings:
 
     # -- embedding and segmentation (what an index is built with; recorded in its manifest)
     embedder: str = option("use-m3", group=EMBED, help="use-m3, e5-small, or st:<model name or path>")
-    segmenter: str = option("time-gap", group=SEGMENT, choices=("time-gap", "time+topic"),
+    segmenter: str = option("time-gap", group=SEGMENT, choices=("time-gap", "time+topic", "time+tiling"),
                             help="how messages are grouped into blocks")
     gap_seconds: float = option(300.0, group=SEGMENT, flag="--gap", help="seconds of silence that start a block")
     max_block_tokens: int = option(1200, group=SEGMENT, help="a block that would grow past this is cut where "
@@ -115,6 +115,13 @@ class Settings:
     utterance_k: int = option(10, group=SEARCH, help="messages retrieved by the utterances strategy")
     history_budget: int = option(1000, group=SEARCH, help="token-budget/summary/structured budget when "
                                                           "none is given")
+    keep_tool_results: int = option(3, group=SEARCH, help="tool results shown whole in a prompt's turns; older "
+                                    "ones become a short placeholder (still searched and retrieved); "
+                                    "-1 keeps them all")
+    tool_clear_step: int = option(5, group=SEARCH, help="old tool results are cleared this many at a time, so "
+                                                        "the prompt's start (a provider's cache) changes rarely")
+    protected_tools: str = option("", group=SEARCH, help="comma-separated tool names whose results are never "
+                                                         "cleared")
     alternate: bool = option(False, group=SEARCH, help="merge same-role turns for APIs that require "
                                                        "user/assistant alternation")
     context_role: str = option("system", group=SEARCH, choices=("system", "user"),
@@ -209,7 +216,7 @@ class Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
-                    "max_message_chars", "upstream_timeout", "answer_tokens")
+                    "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -220,6 +227,8 @@ class Settings:
         for name in ("recent", "hit_window", "compaction_calls", "compaction_lookback"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.keep_tool_results < -1:
+            raise ConfigError(f"keep_tool_results must be >= 0, or -1 to keep them all; got {self.keep_tool_results!r}")
         problem = text_problem(self.system_prompt) if self.system_prompt else None
         if problem:
             raise ConfigError(f"system_prompt must be UTF-8 text without NUL: it is {problem}")

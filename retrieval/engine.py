@@ -91,6 +91,9 @@ class Engine:
             self._check_manifest(thread_id)
         if held and not prefix:
             self.history.forget(thread_id)  # edited, not grown: store it afresh
+        # every version of the thread seen before now names what the store no longer holds
+        for old in [k for k, v in self._known.items() if v == thread_id]:
+            del self._known[old]
         self.history.ingest(thread_id, thread, progress)
         self._known[key] = thread_id
         while len(self._known) > KNOWN_THREADS:

@@ -1,13 +1,14 @@
 """Hybrid retrieval, time-aware requests, budget packing and online segmentation."""
 
 import json
+from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
 
-from indexers.model import embedding_text
+from indexers.model import Thread, embedding_text
 from indexers.loader import load, loads
-from indexers.segment import TimeGapSegmenter, TopicSegmenter
+from indexers.segment import TilingSegmenter, TimeGapSegmenter, TopicSegmenter
 from indexers.settings import Budget
 from tests.conftest import SHARED_DATA
 
@@ -35,6 +36,39 @@ def test_a_named_day_is_taken_first(engine, days_thread):
     assert result.prompt.selection.retrieved[0].message_ids[0] == 4  # first, before any search hit
 
 
+def _sittings(starts: list[str], length: int = 6, spacing: int = 30) -> Thread:
+    """Conversations that each start at one of `starts` (ISO times) and run `length` messages
+    `spacing` seconds apart; each talks of its own subject."""
+    subjects = ["ラーメン", "温泉", "Python", "映画", "天気", "引っ越し"]
+    rows = []
+    for n, start in enumerate(starts):
+        t0 = datetime.fromisoformat(start)
+        for i in range(length):
+            rows.append({"role": "user" if i % 2 == 0 else "assistant",
+                         "content": f"{subjects[n % len(subjects)]}の話、その{i + 1}。",
+                         "timestamp": (t0 + timedelta(seconds=spacing * i)).isoformat()})
+    return loads(json.dumps(rows)).only()
+
+
+def test_an_hour_means_the_conversations_that_started_in_it_to_their_end(engine):
+    # 20:50 runs into 21:xx (not asked for); 21:55 runs past 22:00 (asked for, to its end)
+    thread = _sittings(["2025-07-20T20:58:00+09:00", "2025-07-20T21:20:00+09:00", "2025-07-20T21:57:00+09:00",
+                        "2025-07-21T09:00:00+09:00", "2025-07-22T09:00:00+09:00"])
+    result = engine.ask(thread, "7月20日の21時台に話した内容を教えて。")
+    assert result.keywords.time_range.start.hour == 21
+    retrieved = {p for r in result.prompt.selection.retrieved for p in r.message_ids}
+    assert set(range(6, 18)) <= retrieved  # both conversations that started at 21:xx, whole
+    assert not retrieved & set(range(0, 6))  # the one that started at 20:58 is not, though it ran past 21:00
+
+
+def test_a_conversation_too_big_for_the_budget_comes_from_its_start(engine):
+    thread = _sittings(["2025-07-20T21:00:00+09:00", *(f"2025-08-{d:02d}T09:00:00+09:00" for d in range(1, 21))],
+                       length=12)
+    result = engine.ask(thread, "7月20日の21時台に話した内容を教えて。", budget=Budget.parse("7%"))
+    retrieved = sorted(p for r in result.prompt.selection.retrieved for p in r.message_ids if p < 12)
+    assert 0 < len(retrieved) < 12 and retrieved == list(range(len(retrieved)))  # its start, not nothing
+
+
 def test_time_words_are_not_searched_as_a_topic(engine, days_thread):
     kw = engine.keywords("先週の火曜日のラーメンの話をまとめて", days_thread)
     assert kw.keywords == ("ラーメン",) and "先週" not in kw.search_text
@@ -44,6 +78,15 @@ def test_fact_question_gets_the_hit_with_its_neighbours(engine, english):
     result = engine.ask(english, "How do I get to Beppu from Tokyo?")
     assert result.keywords.intent == "fact"
     assert {26, 27} <= result.included  # the question and the answer after it
+
+
+def test_a_question_found_in_the_history_comes_with_its_answer(engine, ramen):
+    # 「ラーメンのトッピングは？」 hits the earlier question 「おすすめのトッピングは？」 (20) at the
+    # edge of a window and of a block; its answer (21) used to be left out.
+    result = engine.ask(ramen, "ラーメンのトッピングは？")
+    assert {20, 21} <= result.included
+    for group in result.prompt.selection.retrieved:
+        assert ramen.messages[group.message_ids[-1]].role != "user" or group.message_ids[-1] + 1 in result.included
 
 
 def test_budget_is_filled_and_never_exceeded(engine, ramen):
@@ -64,7 +107,8 @@ def _vectors(engine, thread):
     return engine.embedder.embed([embedding_text(m) for m in thread.messages])
 
 
-@pytest.mark.parametrize("segmenter", [TimeGapSegmenter(300, 120), TopicSegmenter(300, 400, percentile=70)])
+@pytest.mark.parametrize("segmenter", [TimeGapSegmenter(300, 120), TopicSegmenter(300, 400, percentile=70),
+                                       TilingSegmenter(300, 400, percentile=70)])
 def test_a_new_message_only_resegments_the_open_tail(engine, ramen, segmenter):
     vectors = _vectors(engine, ramen)
     full = segmenter.segment(ramen.messages, vectors)
@@ -113,3 +157,14 @@ def test_selection_is_fast_on_a_long_thread(engine):
         engine.ask(thread, q.text, budget=Budget.parse("10%"))
         times.append((time.perf_counter() - start) * 1000)
     assert float(np.median(times)) < 25
+
+
+def test_a_thread_asked_again_after_another_version_of_it_is_read_afresh(engine, ramen):
+    # The engine stored the edited version under the same id, and asking the first version
+    # again answered from the edited one (what a benchmark that varies timestamps did).
+    from dataclasses import replace
+
+    edited = replace(ramen, messages=(replace(ramen.messages[0], content="全く別の話です。"), *ramen.messages[1:]))
+    for thread in (ramen, edited, ramen):
+        stored = engine.store.messages(engine.put(thread))
+        assert stored[0].content == thread.messages[0].content

@@ -182,3 +182,16 @@ def test_an_instruction_between_a_tool_call_and_its_result_waits_for_the_result(
     roles = [m["role"] for m in result.prompt.messages]
     assert roles == ["user", "assistant", "tool", "system", "assistant", "user"], roles
     assert not result.prompt.notes
+
+
+def test_at_a_tight_budget_the_recent_turns_leave_room_for_retrieval(engine, ramen):
+    from retrieval.pipeline.assemble import history_cost
+    from retrieval.pipeline.select import PROTECTED_UNITS
+    from retrieval.pipeline.strategies import RECENT_SHARE
+
+    result = engine.ask(ramen, "一蘭の特徴は？", budget=Budget.parse("25%"))
+    units = result.prompt.selection.history
+    assert len(units) >= PROTECTED_UNITS
+    assert len(units) == PROTECTED_UNITS or history_cost(ramen, result.prompt.selection.history_ids) \
+        <= RECENT_SHARE * result.budget_tokens
+    assert len(engine.ask(ramen, "一蘭の特徴は？").prompt.selection.history) > len(units)  # no budget: all recent

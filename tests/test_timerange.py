@@ -21,6 +21,15 @@ ANCHOR = datetime(2025, 7, 29, 10, 41, tzinfo=JST)  # a Tuesday
     ("yesterday morning", "2025-07-28T05:00", "2025-07-28T12:00", ""),
     ("in March 2024", "2024-03-01T00:00", "2024-04-01T00:00", ""),
     ("last Friday", "2025-07-25T00:00", "2025-07-26T00:00", ""),
+    # an hour of the day: the conversations that started in it
+    ("5月8日の21時台に話した内容", "2025-05-08T21:00", "2025-05-08T22:00", "の に話した内容"),
+    ("昨日の午後9時ごろの話", "2025-07-28T21:00", "2025-07-28T22:00", "の の話"),
+    ("先週の火曜の10時に何を決めた？", "2025-07-22T10:00", "2025-07-22T11:00", "の に何を決めた?"),
+    ("What did we talk about on May 8, 2024 at 9 pm?", "2024-05-08T21:00", "2024-05-08T22:00",
+     "What did we talk about on ?"),
+    ("yesterday around 21:30", "2025-07-28T21:00", "2025-07-28T22:00", ""),
+    ("May 8 at 12 am", "2025-05-08T00:00", "2025-05-08T01:00", ""),
+    ("5月8日に3時間話した件", "2025-05-08T00:00", "2025-05-09T00:00", "に3時間話した件"),  # a duration, no hour
 ])
 def test_time_expressions(request_text, start, end, rest):
     rng, remaining = parse_time_range(request_text, ANCHOR)

@@ -23,6 +23,7 @@ from .keyword import KeywordResult, extract_keywords
 from .search import embed_query
 from .select import MemoryResult
 from .strategies import get_strategy, strategy_input
+from .toolresults import clear_old_results
 
 BUDGETED = ("token-budget", "summary", "structured")  # strategies that always work to a budget
 # The system prompt when semhist itself asks the model for the answer (ask --answer, eval
@@ -128,15 +129,17 @@ class Asker:
         if strat.uses_search:
             keywords = keywords or self.keywords(request, index.last_time)
             vector = vector if vector is not None else self.query_vector(keywords)
-        selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing))
-        prompt = fit(index.thread, selection, request, limit, system_prompt=s.system_prompt,
+        shown = clear_old_results(index.thread, s)
+        selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing,
+                                                shown))
+        prompt = fit(shown, selection, request, limit, system_prompt=s.system_prompt,
                      context_role=s.context_role, alternate=s.alternate, as_stored=as_stored, closing=self.closing)
         if memory is not None and memory.problems:
             prompt = replace(prompt, notes=prompt.notes + tuple(memory.problems))
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)
         scores = {r.block_id: r.score for r in selection.retrieved if r.block_id is not None and r.score is not None}
         return AskResult(strategy, request, prompt, full, limit, keywords if strat.uses_search else None,
-                         index.thread, scores, elapsed, memory=memory)
+                         shown, scores, elapsed, memory=memory)
 
     def answer(self, result: AskResult) -> AskResult:
         if self.llm is None:

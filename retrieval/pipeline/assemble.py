@@ -44,11 +44,12 @@ def render_context(thread: Thread, retrieved: tuple[Retrieved, ...]) -> str:
     """The context message body: each retrieved group dated, groups in chronological order."""
     parts = [CONTEXT_HEADER, "<retrieved_history>"]
     previous = None
+    whole = {p for r in retrieved for p in r.whole}
     for run in _runs(sorted(p for r in retrieved for p in r.message_ids)):
         start = thread.messages[run[0]].timestamp
         parts.append(_header(start, previous))
         previous = start or previous
-        parts.extend(context_line(thread, p) for p in run)
+        parts.extend(context_line(thread, p, p in whole) for p in run)
     parts.append("</retrieved_history>")
     return "\n".join(parts)
 

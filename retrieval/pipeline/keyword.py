@@ -17,7 +17,7 @@ from functools import cached_property
 from datetime import datetime
 
 from indexers.errors import BackendError
-from indexers.lexical import EN_STOP, JA_META, _janome, is_japanese, tokenize
+from indexers.lexical import EN_STOP, JA_META, _janome, chinese_runs, is_japanese, korean_stems, language, tokenize
 from indexers.model import head_and_tail
 
 from ..llm import LLMClient
@@ -32,6 +32,9 @@ _TOPIC_EN = re.compile(
     r"what\s+(did|do|have)\s+[\w\s,]{1,40}?\s+(talk|talked|discuss|discussed|chat|chatted|say|said)\b)", re.I)
 _TOPIC_JA = re.compile(r"要約|まとめ|振り返|話題|話した|話して|話を|の話|どんな話|どうなった|何と言|何て言|言って|言ってた|"
                        r"相談した|について(教えて|知りたい|まとめ|振り返)|やり(取|と)り")
+_TOPIC_ZH = re.compile(r"总结|概括|回顾|(聊|谈|说|讨论)(了|过)(什么|些什么|哪些)|关于.{1,20}?(聊|谈|说|讨论)")
+_TOPIC_KO = re.compile(r"요약|정리|(얘기|이야기|대화|말)(했|한|를 했|를 나눴)|에 대해.{0,10}(얘기|이야기|말|대화)")
+_TOPIC = {"ja": _TOPIC_JA, "zh": _TOPIC_ZH, "ko": _TOPIC_KO, "en": _TOPIC_EN}
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,20 @@ def _is_meta(word: str) -> bool:
 
 
 def local_keywords(request: str) -> tuple[str, ...]:
-    """Keywords without an LLM: janome noun phrases for Japanese, content words for English."""
-    if is_japanese(request):
+    """Keywords without an LLM: janome noun phrases for Japanese, the content runs of Chinese
+    and the word stems of Korean, content words for English (and Latin words in any)."""
+    lang = language(request)
+    latin = [w for w in _EN_WORD.findall(request) if w.lower() not in EN_STOP]
+    if lang == "ja":
         words = _japanese_nouns(request)
+    elif lang == "zh":
+        runs = chinese_runs(request)
+        words = [r for r in runs if len(r) > 1] or runs
+        words += latin
+    elif lang == "ko":
+        words = korean_stems(request) + latin
     else:
-        words = [w for w in _EN_WORD.findall(request) if w.lower() not in EN_STOP]
+        words = latin
     return tuple(dict.fromkeys(words)) or (request.strip(),)
 
 
@@ -103,15 +115,19 @@ def _japanese_nouns(text: str) -> list[str]:
 
 def has_content(word: str) -> bool:
     """Does `word` name something (a noun phrase, a content word), not just ask?"""
-    if is_japanese(word):
+    lang = language(word)
+    if lang == "ja":
         return bool(_japanese_nouns(word))
+    if lang == "zh":
+        return bool(chinese_runs(word))
+    if lang == "ko":
+        return bool(korean_stems(word))
     return any(w.lower() not in EN_STOP for w in _EN_WORD.findall(word))
 
 
 def local_intent(request: str) -> str:
     """topic when the request asks to recall or summarize talk, else fact."""
-    pattern = _TOPIC_JA if is_japanese(request) else _TOPIC_EN
-    return TOPIC if pattern.search(request) else FACT
+    return TOPIC if _TOPIC[language(request)].search(request) else FACT
 
 
 _LOCAL = (("keywords", "local"), ("intent", "local"), ("time", "local"))
@@ -122,6 +138,8 @@ def local_plan(request: str, anchor: datetime | None) -> KeywordResult:
     keywords = local_keywords(rest) if rest.strip() else (request.strip(),)
     # English: the whole sentence embeds better than its keywords (LoCoMo: 0.55 vs 0.51 recall
     # by cosine alone); Japanese requests carry meta-phrases (前に…何と言っていたか) that dilute it.
+    # Chinese and Korean keywords are character runs and stems, which embed worse than the
+    # sentence: they are embedded whole, as English is.
     dense = "" if is_japanese(rest) or not rest.strip() else rest.strip()
     origins = _LOCAL if time_range else _LOCAL[:2]
     return KeywordResult(keywords, "local", "", 0, 0.0, local_intent(request), time_range, rest, dense, origins)

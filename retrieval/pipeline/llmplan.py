@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from indexers.lexical import EN_STOP, JA_META, is_japanese
+from indexers.lexical import EN_STOP, JA_META, is_cjk
 
 from .timerange import TimeRange, names_time, without_time_words
 
@@ -124,11 +124,12 @@ def _norm(text: str) -> str:
 
 def grounded(keyword: str, request: str) -> bool:
     """Does the keyword occur in the request: verbatim, by its words' stems (English), or by
-    most of its character pairs (Japanese, where inflection and okurigana vary)?"""
+    most of its character pairs (Chinese, Japanese, Korean: inflection, okurigana and
+    particles vary)?"""
     kw, req = _norm(keyword), _norm(request)
     if kw in req:
         return True
-    if is_japanese(kw):
+    if is_cjk(kw):
         pairs = {kw[i:i + 2] for i in range(len(kw) - 1)} or {kw}
         return sum(p in req for p in pairs) / len(pairs) >= 0.6
     words = [w for w in _WORD.findall(kw) if w not in EN_STOP]

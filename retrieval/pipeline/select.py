@@ -26,24 +26,32 @@ def message_line(msg: Message | StoredMessage) -> str:
     return f"{msg.name or msg.role}: {message_text(msg)}"
 
 
-def context_line(thread: Thread, pos: int) -> str:
-    return message_line(thread.messages[pos])
+def context_line(thread: Thread, pos: int, whole: bool = False) -> str:
+    """A retrieved message's line; a cleared tool result keeps its placeholder unless it is
+    what the search hit (`whole`): a block retrieved for its talk does not bring back every
+    search result read in it."""
+    msg = thread.messages[pos]
+    if msg.cleared is not None and not whole:
+        return f"{msg.role}: {msg.cleared}"
+    return message_line(msg)
 
 
-def line_cost(thread: Thread, pos: int) -> int:
-    return count_text(context_line(thread, pos)) + 1
+def line_cost(thread: Thread, pos: int, whole: bool = False) -> int:
+    return count_text(context_line(thread, pos, whole)) + 1
 
 
 @dataclass(frozen=True)
 class Retrieved:
     """A group of old messages placed in the context message; rank 0 is the best.
 
-    `score` is the best cosine in the group (None when it was taken for its time)."""
+    `score` is the best cosine in the group (None when it was taken for its time); `whole`:
+    messages shown whole even when the prompt's turns show them cleared (the search's hit)."""
 
     message_ids: tuple[int, ...]
     score: float | None
     rank: int
     block_id: int | None = None
+    whole: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,26 +128,27 @@ def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], ma
     return tuple(kept)
 
 
-def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float | None, int | None]],
-         cost: Callable[[int], int], budget: int, exclude: frozenset[int],
+def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float | None, int | None, int | None]],
+         cost: Callable[[int, bool], int], budget: int, exclude: frozenset[int],
          max_groups: int | None = None) -> list[Retrieved]:
     """Fill `budget` tokens greedily in rank order.
 
     Each candidate offers alternatives, largest first (a whole block, then a window around
     its best message); the first alternative that still fits is taken, so a block is never
-    cut below the window a fact needs. Messages already kept are not paid for twice.
+    cut below the window a fact needs. Messages already kept are not paid for twice. A
+    candidate's hit (its 4th item) is priced and shown whole (`cost(position, whole)`).
     """
     out: list[Retrieved] = []
     taken = set(exclude)
     spent = 0
-    for alternatives, score, block_id in candidates:
+    for alternatives, score, block_id, hit in candidates:
         for ids in alternatives:
             new = tuple(p for p in ids if p not in taken)
             if not new:
                 break
-            price = sum(cost(p) for p in new) + RUN_OVERHEAD
+            price = sum(cost(p, p == hit) for p in new) + RUN_OVERHEAD
             if spent + price <= budget:
-                out.append(Retrieved(new, score, len(out), block_id))
+                out.append(Retrieved(new, score, len(out), block_id, (hit,) if hit in new else ()))
                 taken.update(new)
                 spent += price
                 break

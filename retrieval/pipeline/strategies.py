@@ -15,18 +15,18 @@ import numpy as np
 
 from indexers.errors import ConfigError
 from indexers.index.thread_index import ThreadIndex
-from indexers.model import Thread
+from indexers.model import Block, Thread
 from indexers.settings import Settings
 from indexers.tokens import count_text
 
 from .assemble import CONTEXT_OVERHEAD, fixed_cost, history_cost, render_memory
 from .keyword import TOPIC, KeywordResult
 from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages
-from .select import MemoryResult, Retrieved, Selection, last_units, line_cost, pack
+from .select import PROTECTED_UNITS, MemoryResult, Retrieved, Selection, last_units, line_cost, pack
 
-# (alternatives largest first, cosine shown to the user or None for a time match, block id);
-# candidates are packed in list order, which is the rank order
-Candidate = tuple[tuple[tuple[int, ...], ...], "float | None", "int | None"]
+# (alternatives largest first, cosine shown to the user or None for a time match, block id,
+# the position the search hit or None); candidates are packed in list order, the rank order
+Candidate = tuple[tuple[tuple[int, ...], ...], "float | None", "int | None", "int | None"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Utterances:
         kept = {p for u in recent for p in u}
         hits = [(p, s) for p, s in score_messages(inp.index, inp.query_vector, inp.settings.utterance_k + len(kept))
                 if p not in kept][: inp.settings.utterance_k]
-        return Selection(tuple(Retrieved((p,), s, rank) for rank, (p, s) in enumerate(hits)), recent)
+        return Selection(tuple(Retrieved((p,), s, rank, None, (p,)) for rank, (p, s) in enumerate(hits)), recent)
 
 
 class Blocks:
@@ -103,6 +103,8 @@ class Blocks:
     def select(self, inp: StrategyInput) -> Selection:
         s, thread, index, plan = inp.settings, inp.thread, inp.index, inp.keywords
         recent = last_units(thread.messages, inp.units, s.recent)
+        if inp.budget_tokens is not None:
+            recent = _within_share(thread, recent, RECENT_SHARE * inp.budget_tokens)
         kept = frozenset(p for u in recent for p in u)
         dense = dense_rows(index, inp.query_vector)
         budget, max_groups = s.context_tokens, s.top_n
@@ -113,7 +115,7 @@ class Blocks:
             budget, max_groups = (room, None) if s.fill_budget else (min(room, budget), max_groups)
         candidates: list[Candidate] = []
         if plan.time_range is not None:
-            candidates += _in_range(thread, index, plan)
+            candidates += _in_range(thread, index, plan, s.gap_seconds)
         if plan.intent == TOPIC:
             candidates += _topic(index, dense, plan, s, relative=max_groups is not None)
         else:
@@ -121,10 +123,23 @@ class Blocks:
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
-        retrieved = pack(candidates, lambda p: line_cost(thread, p), budget, kept, max_groups)
+        retrieved = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups)
         if mem is None:
             return Selection(tuple(retrieved), recent)
         return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem))
+
+
+# At a tight budget the recent turns beyond the protected last exchanges may take at most
+# this share of it: at 5% of a JMultiWOZ thread (about 650 tokens) six recent messages took 36%.
+RECENT_SHARE = 0.25
+
+
+def _within_share(thread: Thread, recent: tuple[tuple[int, ...], ...], limit: float) -> tuple[tuple[int, ...], ...]:
+    """The newest of the `recent` units that cost at most `limit`, never fewer than the
+    protected last exchanges."""
+    while len(recent) > PROTECTED_UNITS and history_cost(thread, (p for u in recent for p in u)) > limit:
+        recent = recent[1:]
+    return recent
 
 
 class Summary:
@@ -162,21 +177,70 @@ def _memory_cost(thread: Thread, mem: MemoryResult) -> int:
 
 
 def _window(index: ThreadIndex, row: int, width: int) -> tuple[int, ...]:
-    """Positions of `row` and `width` neighbours each side, within the row's block."""
+    """Positions of `row` and `width` neighbours each side, within the row's block; a window
+    never ends on a question: the reply after it comes too, even from the next block."""
     first, end = index.block_rows
     b = index.row_block[row]
     lo, hi = max(first[b], row - width), min(end[b], row + width + 1)
-    return tuple(index.rows[lo:hi])
+    return tuple(index.rows[lo:_reply_end(index, hi - 1)])
 
 
-def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult) -> list[Candidate]:
-    """The named time's messages, block by block, in chronological order, before anything else."""
-    out = []
+REPLY_MESSAGES = 2  # a reply longer than this (tool calls and results) is left to its block
+
+
+def _reply_end(index: ThreadIndex, row: int) -> int:
+    """The row after the reply to the user message at `row` (`row + 1` for other messages):
+    asked 「ラーメンのトッピングは？」, the best hit is often the earlier question
+    「おすすめのトッピングは？」, and the answer is the message after it."""
+    rows, messages = index.rows, index.thread.messages
+    end = row + 1
+    if messages[rows[row]].role != "user":
+        return end
+    while (end < len(rows) and end - row <= REPLY_MESSAGES and rows[end] == rows[end - 1] + 1
+           and messages[rows[end]].role not in ("user", "system")):
+        end += 1
+    return end
+
+
+def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_seconds: float) -> list[Candidate]:
+    """The conversations that started in the named time, to their end, before anything else.
+
+    "What did we say at 21:00" means the talk that began in that hour, not every message
+    stamped 21:xx: each block that starts in the range comes whole (or, when it does not fit,
+    its messages in the range), and of a block that began earlier, the topic sub-segments that
+    start in the range. Then, at a lower rank, the blocks that carry those on without a pause
+    (a conversation cut by the size limit, or by a topic shift inside it).
+    """
+    messages = thread.messages
+    when = plan.time_range.contains
+    first: list[Candidate] = []
+    after: list[Candidate] = []
+    previous: Block | None = None  # the block before, when it was taken or carried on
     for block in index.blocks:
-        ids = tuple(p for p in block.message_ids if plan.time_range.contains(thread.messages[p].timestamp))
-        if ids:
-            out.append(((ids,), None, block.id))
-    return out
+        ids = block.message_ids
+        start = next((messages[p].timestamp for p in ids if messages[p].timestamp), None)
+        later_parts = tuple(p for k in block.parts if k and when(messages[ids[k]].timestamp)
+                            for p in block.part_of(k))
+        taken = ids if when(start) else later_parts
+        if taken:
+            inside = tuple(p for p in taken if when(messages[p].timestamp))
+            first.append(((taken, inside, *_beginnings(inside)), None, block.id, None))
+        elif previous is not None and _no_pause(messages, previous, block, gap_seconds):
+            after.append(((ids, block.part_of(0)), None, block.id, None))
+        previous = block if taken or (after and after[-1][2] == block.id) else None
+    return first + after
+
+
+def _beginnings(ids: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Shorter and shorter starts of a conversation, for a budget that cannot hold all of it:
+    its beginning says what it was about."""
+    sizes = dict.fromkeys(n for n in (len(ids) * 3 // 4, len(ids) // 2, len(ids) // 4, 2) if 2 <= n < len(ids))
+    return [ids[:n] for n in sizes]
+
+
+def _no_pause(messages, before: Block, block: Block, gap_seconds: float) -> bool:
+    end, start = messages[before.last].timestamp, messages[block.first].timestamp
+    return end is not None and start is not None and (start - end).total_seconds() <= gap_seconds
 
 
 def _topic(index: ThreadIndex, dense: np.ndarray, plan: KeywordResult, s: Settings,
@@ -199,7 +263,7 @@ def _topic(index: ThreadIndex, dense: np.ndarray, plan: KeywordResult, s: Settin
         offset = int(np.argmax(fused[first[b]:end[b]]))
         block = index.blocks[b]
         out.append(((block.message_ids, block.part_of(offset), _window(index, first[b] + offset, s.hit_window)),
-                    float(best_dense[b]), block.id))
+                    float(best_dense[b]), block.id, index.rows[first[b] + offset]))
     return out
 
 
@@ -208,8 +272,8 @@ def _facts(index: ThreadIndex, dense: np.ndarray, plan: KeywordResult, width: in
     """Windows around the best messages by fused dense + BM25 rank."""
     fused = fused_rows(index, dense, plan.terms)
     rows = np.argsort(-fused, kind="stable")[:limit]
-    return [((_window(index, int(r), width), (index.rows[r],)), float(dense[r]),
-             int(index.row_block[r])) for r in rows]
+    return [((_window(index, int(r), width), tuple(index.rows[r:_reply_end(index, int(r))]), (index.rows[r],)),
+             float(dense[r]), int(index.row_block[r]), index.rows[r]) for r in rows]
 
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {
@@ -227,6 +291,8 @@ def get_strategy(name: str) -> Strategy:
 
 def strategy_input(index: ThreadIndex, settings: Settings, query_vector: np.ndarray | None = None,
                    keywords: KeywordResult | None = None, request: str = "", budget_tokens: int | None = None,
-                   memory: MemoryResult | None = None, closing: str | None = None) -> StrategyInput:
-    return StrategyInput(index.thread, index.turn_units, settings, index, query_vector, keywords, request,
+                   memory: MemoryResult | None = None, closing: str | None = None,
+                   thread: Thread | None = None) -> StrategyInput:
+    """`thread`: the thread as the prompt shows it (old tool results cleared), if not the index's."""
+    return StrategyInput(thread or index.thread, index.turn_units, settings, index, query_vector, keywords, request,
                          budget_tokens, memory, closing)

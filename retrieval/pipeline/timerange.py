@@ -52,6 +52,12 @@ PATTERNS: list[tuple[str, re.Pattern]] = [(name, re.compile(rx, re.I)) for name,
     ("this_month", r"今月|\bthis\s+month\b"),
 )]
 _PART = re.compile(r"(午前|午後|朝|昼|夕方|夜)|\b(morning|afternoon|evening|night|tonight)\b", re.I)
+# An hour of the named day: 「21時台」「午後9時ごろ」 "at 9 pm", "around 21:00". Minutes name the
+# hour they fall in: the request means the conversations that started then.
+_HOUR = re.compile(r"(?:(午前|午後|朝|夜)\s*)?(\d{1,2})\s*時(?!間)(?:\s*(?:台|ごろ|頃|くらい|ぐらい|過ぎ|半))?|"
+                   r"\b(?:(?:at|around|about|near|from)\s+)?(\d{1,2})(?::(\d{2}))?\s*(am|pm|a\.m\.|p\.m\.)|"
+                   r"\b(?:(?:at|around|about|near|from)\s+)?(\d{1,2}):(\d{2})\b|"
+                   r"\b(?:(?:at|around|about)\s+)?(\d{1,2})\s+o'?clock\b", re.I)
 _NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 
 
@@ -136,6 +142,22 @@ def _resolve(name: str, g: tuple, anchor: date) -> tuple[date, date] | None:
     return None
 
 
+def _hour_of(m: re.Match) -> int | None:
+    """The hour (0-23) an _HOUR match names, or None when it is no clock time."""
+    ja_part, ja_h, en_h, _, en_ampm, clock_h, _, oclock_h = m.groups()
+    if ja_h is not None:
+        h = int(ja_h)
+        if ja_part in ("午後", "夜") and h < 12:
+            h += 12
+    elif en_h is not None:
+        h = int(en_h) % 12 + (12 if en_ampm.lower().startswith("p") else 0)
+        if int(en_h) > 12:
+            return None
+    else:
+        h = int(clock_h or oclock_h)
+    return h if 0 <= h < 24 else None
+
+
 def parse_time_range(request: str, anchor: datetime | None) -> tuple[TimeRange | None, str]:
     """The time range a request names, if any, and the request without those words.
 
@@ -161,8 +183,16 @@ def parse_time_range(request: str, anchor: datetime | None) -> tuple[TimeRange |
         start, end = _day_range(days[0], zone)[0], _day_range(days[1] - timedelta(days=1), zone)[1]
         rest = text[:match.start()] + " " + text[match.end():]
         spans = [match.group(0)]
+        one_day = days[1] - days[0] == timedelta(days=1)
+        hour = _HOUR.search(rest) if one_day else None
+        if hour and _hour_of(hour) is not None:
+            start = start + timedelta(hours=_hour_of(hour))
+            end = start + timedelta(hours=1)
+            rest = rest[:hour.start()] + " " + rest[hour.end():]
+            spans.append(hour.group(0).strip())
+            return TimeRange(start, end, " ".join(spans)), re.sub(r"\s+", " ", rest).strip()
         part = _PART.search(rest)
-        if part and days[1] - days[0] == timedelta(days=1):
+        if part and one_day:
             lo, hi = PARTS[(part.group(1) or part.group(2)).lower()]
             start, end = start + timedelta(hours=lo), start + timedelta(hours=hi)
             rest = rest[:part.start()] + " " + rest[part.end():]

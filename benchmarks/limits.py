@@ -1,0 +1,178 @@
+"""Retrieval at the limit: `blocks` at tight budgets, by question category, without timestamps,
+on time-anchored requests, and the segmenter against human topic boundaries.
+
+    python benchmarks/limits.py                 # every part, from ../shared/data
+    python benchmarks/limits.py --parts budgets # one part: budgets, untimed, time, segmentation
+
+Runs the same code as `semhist eval` (local keyword extractor, no LLM, default settings) and
+writes benchmarks/limits.md and benchmarks/limits.json. Parts:
+
+- budgets: evidence recall / all-evidence rate of `blocks` at 5%, 10% and 25% of each thread's
+  history, LoCoMo and JMultiWOZ, with LoCoMo's multi-hop (cat1) and inference (cat3) rows.
+- untimed: the same on JMultiWOZ with every timestamp removed (imported histories, clients
+  that drop them): blocks then rest on size and topic alone.
+- time: requests that name a day or an hour of the JMultiWOZ threads (benchmarks/time_requests.py),
+  beside what the time alone gives (the gold messages, oldest first, in the same room).
+- cjk: Chinese and Korean facts said once and asked back (data/probes/cjk.jsonl).
+- segmentation: Pk / WindowDiff on TIAGE and JMultiWOZ (`semhist eval --segmentation`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from indexers.loader import load
+from indexers.model import Thread
+from indexers.settings import Budget, Settings
+from retrieval import Engine
+from retrieval.evaluate import evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+BUDGETS = ("5%", "10%", "25%")
+CJK = ROOT / "data" / "probes" / "cjk.jsonl"
+PARTS = ("budgets", "untimed", "time", "cjk", "segmentation")
+
+
+def untimed(thread: Thread) -> Thread:
+    return replace(thread, messages=tuple(replace(m, timestamp=None) for m in thread.messages))
+
+
+def recall_rows(engine: Engine, threads: list[Thread], dataset: str) -> dict:
+    """{budget: {"all": {...}, category: {...}}} for `blocks`."""
+    out = {}
+    for budget in BUDGETS:
+        report = evaluate(engine, threads, ["blocks"], budget=Budget.parse(budget), dataset=dataset)
+        out[budget] = {"all": report["strategies"]["blocks"], **report["categories"]["blocks"]}
+    return out
+
+
+def part_budgets(engine: Engine) -> dict:
+    return {name: recall_rows(engine, load(DATA / name).threads, name)
+            for name in ("locomo.jsonl", "jmultiwoz_threads.jsonl")}
+
+
+def part_untimed(engine: Engine) -> dict:
+    threads = [untimed(t) for t in load(DATA / "jmultiwoz_threads.jsonl").threads]
+    return {"jmultiwoz_threads.jsonl without timestamps": recall_rows(engine, threads, "jmultiwoz untimed")}
+
+
+def part_time(engine: Engine) -> dict:
+    from time_requests import time_threads  # beside this file
+
+    out = {}
+    for variant, threads in time_threads(load(DATA / "jmultiwoz_threads.jsonl").threads).items():
+        out[f"time requests, {variant}"] = recall_rows(engine, threads, f"time requests ({variant})")
+        out[f"time requests, {variant}: the time alone"] = {b: {"all": time_ceiling(engine, threads, b)}
+                                                           for b in BUDGETS}
+    return out
+
+
+def time_ceiling(engine: Engine, threads: list[Thread], budget: str) -> dict:
+    """What the time alone gives: the gold messages, oldest first, packed into the room the
+    prompt had for retrieved history (the recent turns kept are counted as found)."""
+    from indexers.tokens import count_message
+    from retrieval.pipeline.select import RUN_OVERHEAD, line_cost
+
+    recall, complete = [], []
+    for thread in threads:
+        for q in thread.queries:
+            result = engine.ask(thread, q.text, budget=Budget.parse(budget))
+            context = sum(count_message(m) for m in result.prompt.messages
+                          if "<retrieved_history>" in str(m.get("content")))
+            room = result.budget_tokens - (result.prompt.tokens - context)
+            found = set(q.relevant) & set(result.prompt.selection.history_ids)
+            spent, previous = 0, None
+            for p in sorted(set(q.relevant) - found):
+                price = line_cost(thread, p) + (RUN_OVERHEAD if previous != p - 1 else 0)
+                if spent + price > room:
+                    break
+                spent, previous = spent + price, p
+                found.add(p)
+            recall.append(len(found) / len(q.relevant))
+            complete.append(len(found) == len(q.relevant))
+    return {"evidence_recall": round(sum(recall) / len(recall), 4),
+            "all_evidence_rate": round(sum(complete) / len(complete), 4), "n_queries": len(recall)}
+
+
+def part_cjk(engine: Engine) -> dict:
+    """Chinese and Korean facts asked back (data/probes/cjk.jsonl, benchmarks/make_probes.py)."""
+    return {"cjk.jsonl (Chinese and Korean probes)": recall_rows(engine, load(CJK).threads, "cjk.jsonl")}
+
+
+SEGMENTERS = ("time-gap", "time+topic", "time+tiling")
+
+
+def part_segmentation(engine: Engine) -> dict:
+    """Pk / WindowDiff of each segmenter's retrieval units (blocks and their topic sub-segments)
+    and of its blocks alone, against the human topic boundaries, beside the baselines."""
+    from retrieval.segscore import evaluate_segmentation, gold_starts
+
+    sets = {"tiage.jsonl": load(DATA / "tiage.jsonl").threads,
+            "jmultiwoz_threads.jsonl": load(DATA / "jmultiwoz_threads.jsonl").threads}
+    sets["jmultiwoz_threads.jsonl without timestamps"] = [untimed(t) for t in sets["jmultiwoz_threads.jsonl"]]
+    out: dict = {}
+    for segmenter in SEGMENTERS:
+        seg_engine = Engine(replace(engine.settings, segmenter=segmenter), llm=None)
+        for name, threads in sets.items():
+            report = evaluate_segmentation(seg_engine, threads, gold_starts(DATA / name.split()[0]),
+                                           dataset=name)["segmentation"]
+            row = out.setdefault(name, {"n_threads": report["n_threads"], "segmenters": {}, "baselines": {
+                k: v for k, v in report["baselines"].items() if k != "blocks without sub-segments"}})
+            row["segmenters"][segmenter] = {"pk": report["pk"], "window_diff": report["window_diff"],
+                                            "blocks only": report["baselines"]["blocks without sub-segments"]}
+    return out
+
+
+def _cell(row: dict | None) -> str:
+    return f"{row['evidence_recall']:.3f} / {row['all_evidence_rate']:.3f}" if row else "-"
+
+
+def markdown(results: dict) -> str:
+    lines = ["# Retrieval at the limit", "",
+             "Generated by `python benchmarks/limits.py`: `blocks`, local keyword extractor (no LLM), "
+             "USE-m3, default settings; a hard budget per query as a share of the thread's whole history. "
+             "Cells are evidence recall / all-evidence rate.", ""]
+    for part in ("budgets", "untimed", "time", "cjk"):
+        for dataset, rows in results.get(part, {}).items():
+            cats = sorted({c for r in rows.values() for c in r if c != "all"})
+            lines += [f"## {dataset}", "", "| " + " | ".join(["budget", "all", *cats]) + " |",
+                      "|---" * (len(cats) + 2) + "|"]
+            for budget, r in rows.items():
+                lines.append("| " + " | ".join([budget, _cell(r["all"]), *(_cell(r.get(c)) for c in cats)]) + " |")
+            lines.append("")
+    for dataset, seg in results.get("segmentation", {}).items():
+        lines += [f"## Segmentation, {dataset} ({seg['n_threads']} threads)", "",
+                  "| segmenter | Pk (blocks and sub-segments) | WindowDiff | Pk (blocks only) | WindowDiff |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| `{name}` | {r['pk']:.3f} | {r['window_diff']:.3f} | {r['blocks only']['pk']:.3f} | "
+                  f"{r['blocks only']['window_diff']:.3f} |" for name, r in seg["segmenters"].items()]
+        lines += [f"| {name} | {b['pk']:.3f} | {b['window_diff']:.3f} | | |" for name, b in seg["baselines"].items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "limits"), help="output path without suffix")
+    parser.add_argument("--cache-dir", default=None, help="embedding cache (default: the settings' own)")
+    args = parser.parse_args()
+    engine = Engine(Settings.load(cache_dir=args.cache_dir), llm=None)
+    out = Path(args.out)
+    results = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
+    for part in args.parts:
+        start = time.perf_counter()
+        results[part] = globals()[f"part_{part}"](engine)
+        print(f"{part}: {time.perf_counter() - start:.0f} s", flush=True)
+        out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+        out.with_suffix(".md").write_text(markdown(results) + "\n")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
