@@ -9,8 +9,8 @@ writes benchmarks/limits.md and benchmarks/limits.json. Parts:
 
 - budgets: evidence recall / all-evidence rate of `blocks` at 5%, 10% and 25% of each thread's
   history, LoCoMo and JMultiWOZ, with LoCoMo's multi-hop (cat1) and inference (cat3) rows.
-- untimed: the same on JMultiWOZ with every timestamp removed (imported histories, clients
-  that drop them): blocks then rest on size and topic alone.
+- untimed: the same with every timestamp removed (imported histories, clients that drop
+  them): blocks then rest on closings ("ありがとうございました"), size and topic alone.
 - time: requests that name a day or an hour of the JMultiWOZ threads (benchmarks/time_requests.py),
   beside what the time alone gives (the gold messages, oldest first, in the same room).
 - cjk: Chinese and Korean facts said once and asked back (data/probes/cjk.jsonl).
@@ -57,8 +57,9 @@ def part_budgets(engine: Engine) -> dict:
 
 
 def part_untimed(engine: Engine) -> dict:
-    threads = [untimed(t) for t in load(DATA / "jmultiwoz_threads.jsonl").threads]
-    return {"jmultiwoz_threads.jsonl without timestamps": recall_rows(engine, threads, "jmultiwoz untimed")}
+    return {f"{name} without timestamps": recall_rows(engine, [untimed(t) for t in load(DATA / name).threads],
+                                                     f"{name} untimed")
+            for name in ("jmultiwoz_threads.jsonl", "locomo.jsonl")}
 
 
 def part_time(engine: Engine) -> dict:

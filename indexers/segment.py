@@ -7,6 +7,7 @@ growing at the end of the thread), so a new message never re-segments closed his
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -23,6 +24,20 @@ from .tokens import count_message
 MIN_HISTORY = 8
 # How much of the thread's drift so far the percentile looks at (a store keeps this much).
 HISTORY = 512
+
+
+# A user message that ends a conversation with an assistant: thanks or "that's all" at its end,
+# short. A history without timestamps (imported, or from a client that drops them) has no
+# pauses at all: this is where one conversation ends.
+_CLOSING = re.compile(
+    r"(ありがとう(ございました|ございます)?|以上です|以上で(終わります|す)|大丈夫です|特にありません|失礼します|"
+    r"さようなら|お疲れ様でした|\bthanks?( you)?( so much)?|that'?s all|\bbye\b|goodbye|\bcheers\b)"
+    r"[\s。．.!！~〜]*$", re.I)
+CLOSING_CHARS = 60
+
+
+def closes(text: str) -> bool:
+    return len(text) <= CLOSING_CHARS and bool(_CLOSING.search(text.strip()))
 
 
 class Segmenter(Protocol):
@@ -130,14 +145,24 @@ class TimeGapSegmenter:
         return out
 
     def _time_runs(self, messages: Sequence[Message]) -> list[list[int]]:
+        """Runs of messages without a pause. Where messages carry no time, a user's closing
+        ("ありがとうございました", "thanks, that's all") ends a run at the user's next request.
+        With times, the pause decides: a closing inside a session is often followed by
+        the next request of the same conversation (JMultiWOZ recall at 10% fell 0.898 -> 0.884
+        when closings cut timed runs too)."""
         runs: list[list[int]] = []
         previous: Message | None = None
+        closed = False
         for pos, msg in enumerate(messages):
             if msg.role == "system":
                 continue
-            if not runs or (msg.role != "tool" and self._gap(previous, msg)):
+            ends = msg.role == "user" and msg.timestamp is None and closes(msg.content)
+            if not runs or (msg.role != "tool" and self._gap(previous, msg)) or (
+                    closed and msg.role == "user" and msg.timestamp is None and not ends):
                 runs.append([])
+                closed = False
             runs[-1].append(pos)
+            closed = closed or ends
             previous = msg
         return runs
 

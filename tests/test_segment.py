@@ -49,3 +49,19 @@ def test_system_messages_are_never_in_a_block_and_tool_results_stay_with_calls()
 def test_unknown_segmenter_lists_valid_ones():
     with pytest.raises(ConfigError, match="time-gap"):
         get_segmenter("topic-magic", gap_seconds=1, max_block_tokens=1)
+
+
+def test_without_timestamps_a_users_closing_ends_a_conversation():
+    from indexers.segment import TimeGapSegmenter, closes
+
+    assert closes("特にありません。ありがとうございました。") and closes("Thanks, that's all!")
+    assert not closes("ありがとうございます。当日利用できる宿泊施設を探しています。")
+    assert not closes("Thanks Mel! I went to the park yesterday and it was lovely, the kids loved it.")
+    said = ["京都のホテルを探しています。", "ホテル京都がございます。", "ありがとうございました。", "どういたしまして。",
+            "大阪でタクシーを予約したいです。", "何時にしますか？", "10時でお願いします。", "承知しました。"]
+    rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(said)]
+    blocks = TimeGapSegmenter().segment(loads(json.dumps(rows)).only().messages)
+    assert [b.message_ids for b in blocks] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    # with times, the pause decides: a closing followed by a request 30 s later is one conversation
+    timed = [{**r, "timestamp": 1_750_000_000 + 30 * i} for i, r in enumerate(rows)]
+    assert len(TimeGapSegmenter().segment(loads(json.dumps(timed)).only().messages)) == 1

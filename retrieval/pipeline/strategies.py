@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Protocol
 
 import numpy as np
@@ -213,6 +214,9 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
     """
     messages = thread.messages
     when = plan.time_range.contains
+    # a day or an hour names the conversations wanted; a month or a year only narrows a search,
+    # and parts of its conversations would crowd out what the search finds
+    one_day = plan.time_range.end - plan.time_range.start <= timedelta(days=1)
     first: list[Candidate] = []
     after: list[Candidate] = []
     previous: Block | None = None  # the block before, when it was taken or carried on
@@ -224,7 +228,7 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
         taken = ids if when(start) else later_parts
         if taken:
             inside = tuple(p for p in taken if when(messages[p].timestamp))
-            first.append(((taken, inside, *_beginnings(inside)), None, block.id, None))
+            first.append(((taken, inside, *(_beginnings(inside) if one_day else ())), None, block.id, None))
         elif previous is not None and _no_pause(messages, previous, block, gap_seconds):
             after.append(((ids, block.part_of(0)), None, block.id, None))
         previous = block if taken or (after and after[-1][2] == block.id) else None
@@ -234,8 +238,8 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
 def _beginnings(ids: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Shorter and shorter starts of a conversation, for a budget that cannot hold all of it:
     its beginning says what it was about."""
-    sizes = dict.fromkeys(n for n in (len(ids) * 3 // 4, len(ids) // 2, len(ids) // 4, 2) if 2 <= n < len(ids))
-    return [ids[:n] for n in sizes]
+    step = max(1, len(ids) // 16)  # at most 16 alternatives: each is priced when packed
+    return [ids[:n] for n in range(len(ids) - step, 1, -step)]
 
 
 def _no_pause(messages, before: Block, block: Block, gap_seconds: float) -> bool:
