@@ -121,7 +121,7 @@ class Settings:
     tool_clear_step: int = option(5, group=SEARCH, help="old tool results are cleared this many at a time, so "
                                                         "the prompt's start (a provider's cache) changes rarely")
     protected_tools: str = option("", group=SEARCH, help="comma-separated tool names whose results are never "
-                                                         "cleared")
+                                                         "cleared", shown="none")
     alternate: bool = option(False, group=SEARCH, help="merge same-role turns for APIs that require "
                                                        "user/assistant alternation")
     context_role: str = option("system", group=SEARCH, choices=("system", "user"),
