@@ -22,6 +22,8 @@ _KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _HANGUL = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _CJK = re.compile(f"{_KANA.pattern}|{_HAN.pattern}|{_HANGUL.pattern}")
+_HAN_RUN = re.compile(f"(?:{_HAN.pattern})+")
+_HANGUL_RUN = re.compile(f"(?:{_HANGUL.pattern})+")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 
 JA_META = frozenset("""
@@ -47,7 +49,7 @@ decide decided agree agreed s t her his him hers she he mine yours ours theirs
 ZH_STOP = tuple(sorted(set("""
 什么 怎么 怎样 为什么 哪里 哪儿 哪个 哪些 多少 几 谁 吗 呢 吧 啊 呀 的 了 着 过 是 在 有 和 与 也 都 还 就 又
 我 你 您 他 她 它 我们 你们 他们 咱们 这 那 这个 那个 这些 那些 请 告诉 一下 知道 记得 说 说过 聊 聊过 谈 谈过
-讨论 之前 以前 刚才 上次 历史 记录 聊天 对话 内容 总结 概括 问题 回答 关于 一些 什么样 可以 能 会 要 想 吗？
+讨论 之前 以前 刚才 上次 历史 记录 聊天 对话 内容 总结 概括 问题 回答 关于 一些 什么样 可以 能 会 要 想
 """.split()), key=len, reverse=True))
 KO_STOP = frozenset("""
 제 저 저는 제가 나 내 내가 우리 우리가 당신 뭐 뭐예요 뭐였죠 무엇 무슨 어디 언제 누구 왜 어떻게 어느 그 이 저것 그것 것 거
@@ -123,7 +125,7 @@ def chinese_runs(text: str) -> list[str]:
     叫, 名字."""
     for word in ZH_STOP:
         text = text.replace(word, " ")
-    return [run for run in re.findall(f"(?:{_HAN.pattern})+", text)]
+    return _HAN_RUN.findall(text)
 
 
 def _chinese_terms(text: str) -> list[str]:
@@ -139,7 +141,7 @@ def korean_stems(text: str) -> list[str]:
     """The words of Korean text without their particles and endings: 「제 이름은 민수예요」 ->
     이름, 민수 (the pronoun is a function word)."""
     out = []
-    for word in re.findall(f"(?:{_HANGUL.pattern})+", text):
+    for word in _HANGUL_RUN.findall(text):
         if word in KO_STOP:
             continue
         stem = next((word[:-len(s)] for s in _KO_SUFFIXES if word.endswith(s) and len(word) > len(s)), word)
@@ -152,7 +154,7 @@ def _korean_terms(text: str) -> list[str]:
     """Each word's stem and its syllable pairs: the pairs match where a particle list does not
     (고양이를 / 고양이는 share 고양, 양이)."""
     out = []
-    for word in re.findall(f"(?:{_HANGUL.pattern})+", text):
+    for word in _HANGUL_RUN.findall(text):
         stems = korean_stems(word)
         if not stems:  # a function or meta-word, whatever its ending
             continue

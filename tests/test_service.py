@@ -115,6 +115,28 @@ def test_context_is_the_prompt_for_the_next_turn(api):
     assert log[0]["retrieved"][0]["start"].startswith("2025-07-29")
 
 
+def test_old_tool_results_leave_the_prompt_as_the_agent_appends(api):
+    # the bot's path over HTTP: each turn appended (request, call, result, answer), then asked;
+    # a result read 6+ turns ago is a placeholder, the latest three are whole, and a request
+    # about an old one retrieves it whole
+    def turn(i: int) -> list[dict]:
+        city = ["Oslo", "Lima", "Cairo", "Tokyo", "Paris", "Dublin", "Madrid", "Sydney", "Toronto"][i]
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "server_report", "arguments": "{}"}}
+        return [{"role": "user", "content": f"How is the {city} server?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": f"{city} report: kernel 6.{i}. " * 30},
+                {"role": "assistant", "content": f"The {city} server is fine."}]
+
+    for i in range(9):
+        assert api.post("/v1/threads/agent/messages", json={"messages": turn(i)}).status_code == 201
+        body = api.post("/v1/threads/agent/context", json={"request": "And now?", "strategy": "full"}).json()
+        shown = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        cleared = (i + 1 - 3) // 5 * 5 if i + 1 > 3 else 0
+        assert [c.startswith("[result of server_report") for c in shown] == [True] * cleared + [False] * (i + 1 - cleared)
+    found = api.post("/v1/threads/agent/context", json={"request": "Which kernel did the Cairo server run?"}).json()
+    assert "Cairo report: kernel 6.2" in json.dumps(found["messages"])
+
+
 def test_forget_a_message_by_id_or_key_then_the_thread(api):
     ids = api.post("/v1/threads/forget-me/messages", json={"messages": [
         {"role": "user", "content": "秘密の合言葉はカモメ", "id": "k1"},

@@ -63,7 +63,8 @@ def test_results_are_cleared_in_steps_so_the_prompt_start_holds(cache_dir):
 def test_a_protected_tool_is_never_cleared(cache_dir):
     engine = engine_with(cache_dir, keep_tool_results=0, tool_clear_step=1, protected_tools="read_runbook")
     shown = tool_contents(engine.ask(agent_thread(6), "How is the Paris server?", strategy="full"))
-    assert "server report" in shown[0] and all(s.startswith("[result of server_report") for s in shown[1:])
+    assert "server report" in shown[0] and all(s.startswith("[result of server_report") for s in shown[1:-1])
+    assert "server report" in shown[-1]  # the latest turn's result stays whole whatever the setting
 
 
 def test_a_cleared_result_is_still_found_and_shown_whole(cache_dir):
@@ -89,3 +90,18 @@ def test_keep_tool_results_is_checked(cache_dir, value):
 
     with pytest.raises(ConfigError, match="keep_tool_results"):
         Settings.load(env={}, keep_tool_results=value)
+
+
+def test_the_current_turns_results_are_never_cleared(cache_dir):
+    # an agent in a tool loop: eight results read for the answer it is writing now
+    thread = agent_thread(4)
+    rows = [m.to_openai() for m in thread.messages] + [{"role": "user", "content": "Compare every server."}]
+    for i in range(8):
+        rows.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"now{i}", "type": "function", "function": {"name": "server_report", "arguments": "{}"}}]})
+        rows.append({"role": "tool", "content": f"report {i}: " + "disk fine. " * 50, "tool_call_id": f"now{i}"})
+    engine = engine_with(cache_dir, keep_tool_results=3, tool_clear_step=5)
+    current = loads(json.dumps(rows)).only()
+    shown = tool_contents(engine.ask(current, "Compare every server.", strategy="full"))
+    assert all(s.startswith("report ") for s in shown[-8:])
+    assert all(s.startswith("[result of ") for s in shown[:4])  # the earlier turns' results

@@ -10,8 +10,9 @@ block after block; for a thread they are in chronological order.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class ThreadIndex:
         self.appendable = True
         self._history: tuple[float, ...] = ()
         self._tail: dict[int, tuple[np.ndarray | None, tuple[str, ...]]] = {}  # row -> (vector, terms)
+        self._derived: dict[Hashable, tuple[Thread, Any]] = {}  # see `derived`
         self._text_bytes = 0
 
     # -- building ------------------------------------------------------------------------
@@ -185,10 +187,20 @@ class ThreadIndex:
     def _changed(self) -> None:
         for name in ("thread", "blocks", "block_rows", "row_block", "turn_units", "system"):
             self.__dict__.pop(name, None)
+        self._derived.clear()  # what `derived` held keeps no old thread alive
 
     @cached_property
     def thread(self) -> Thread:
         return Thread(self.thread_id, tuple(self.messages))
+
+    def derived(self, key: Hashable, make: Callable[[Thread], Any]) -> Any:
+        """`make(self.thread)`, computed once until the thread changes (one value per key: a
+        process asks with one set of settings, so this holds one or two)."""
+        thread = self.thread
+        held = self._derived.get(key)
+        if held is None or held[0] is not thread:
+            held = self._derived[key] = (thread, make(thread))
+        return held[1]
 
     @cached_property
     def blocks(self) -> tuple[Block, ...]:

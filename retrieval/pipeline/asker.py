@@ -129,7 +129,10 @@ class Asker:
         if strat.uses_search:
             keywords = keywords or self.keywords(request, index.last_time)
             vector = vector if vector is not None else self.query_vector(keywords)
-        shown = clear_old_results(index.thread, s)
+        # old tool results cleared: derived once per thread state, not per request (10 ms for
+        # 5,000 messages with 1,250 results)
+        shown = index.derived(("tool results", s.keep_tool_results, s.tool_clear_step, s.protected_tools),
+                              lambda thread: clear_old_results(thread, s))
         selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing,
                                                 shown))
         prompt = fit(shown, selection, request, limit, system_prompt=s.system_prompt,

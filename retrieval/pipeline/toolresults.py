@@ -41,7 +41,9 @@ def placeholder(name: str, arguments: str, chars: int) -> str:
 
 
 def clearable(thread: Thread, settings: Settings) -> list[int]:
-    """Positions of the tool results a prompt shows as placeholders, oldest first."""
+    """Positions of the tool results a prompt shows as placeholders, oldest first. The results
+    of the current turn (after the last user message) are never among them: an agent in a
+    tool loop needs all it has read for the answer it is writing."""
     if settings.keep_tool_results < 0:
         return []
     protected = {n.strip() for n in settings.protected_tools.split(",") if n.strip()}
@@ -50,11 +52,13 @@ def clearable(thread: Thread, settings: Settings) -> list[int]:
                and (names.get(str(m.tool_call_id), ("",))[0] not in protected)]
     old = len(results) - settings.keep_tool_results
     step = settings.tool_clear_step
-    return results[:old // step * step] if old > 0 else []
+    turn = next((p for p in range(len(thread.messages) - 1, -1, -1) if thread.messages[p].role == "user"), 0)
+    return [p for p in results[:old // step * step] if p < turn] if old > 0 else []
 
 
 def clear_old_results(thread: Thread, settings: Settings) -> Thread:
-    """The thread as prompts show it: old tool results replaced by placeholders."""
+    """The thread as prompts show it: old tool results replaced by placeholders (Asker keeps
+    it with the thread's index until the thread changes)."""
     positions = clearable(thread, settings)
     if not positions:
         return thread
