@@ -160,13 +160,16 @@ class Ingestor:
         return [known[k] if k and k in known else next(fresh) for k in keys]
 
     def reembed(self, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
-        """Embed every stored message again with this ingestor's embedder (after a model
-        change), then segment the thread again with the new vectors."""
+        """Embed and tokenize every stored message again with this ingestor's embedder and
+        today's tokenizer (after a model change, or new tokenizer rules), then segment the
+        thread again with the new vectors; its blocks' terms are indexed anew as they close."""
         stored = [m for m in self.store.messages(thread_id) if m.role != "system"]
         for start in range(0, len(stored), self.batch_size):
             batch = stored[start:start + self.batch_size]
-            vectors = embed_or_fail(self.embedder, [embedding_text(_message(m, 0)) for m in batch], PASSAGE)
-            self.store.set_vectors(thread_id, [(m.id, v) for m, v in zip(batch, vectors)], self.embedder.id)
+            messages = [_message(m, 0) for m in batch]
+            vectors = embed_or_fail(self.embedder, [embedding_text(m) for m in messages], PASSAGE)
+            self.store.set_derived(thread_id, [(s.id, v, tuple(tokenize(message_text(m))))
+                                               for s, m, v in zip(batch, messages, vectors)], self.embedder.id)
             if progress:
                 progress(len(batch))
         self.store.resegment(thread_id, self.segment_tail)

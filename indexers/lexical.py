@@ -167,6 +167,13 @@ def _latin_terms(text: str) -> list[str]:
     return [stem(w) for w in (x.lower() for x in _WORD.findall(text)) if w not in EN_STOP]
 
 
+# What `tokenize` makes of a text, as a number: recorded in each stored thread's manifest, so
+# a thread tokenized by older rules is known (`semhist reindex` tokenizes it again). Raise it
+# whenever the terms of some text change. 1: before the Chinese and Korean paths (their text
+# went through janome or gave no term); 2: script-detected Chinese and Korean terms.
+TERMS_VERSION = 2
+
+
 def tokenize(text: str) -> list[str]:
     """Index terms of one text (of its first TERM_CHARS characters), by its own language."""
     text = text[:TERM_CHARS]

@@ -209,6 +209,31 @@ def test_another_embedder_is_refused_until_reindex(make_history, ramen):
     assert other.index("e").dim == 384
 
 
+def test_reindex_tokenizes_a_thread_stored_by_older_rules_again(make_history, caplog):
+    from indexers.lexical import TERMS_VERSION, tokenize
+
+    h = make_history()
+    for role, text in [("user", "我叫小王，我住在上海。"), ("assistant", "你好，小王！"),
+                       ("user", "今天天气怎么样？"), ("assistant", "今天是晴天。")]:
+        h.add("zh", role, text)
+    # as an older version left it: no terms for Chinese text, a manifest without a terms version
+    stored = h.store.messages("zh", with_vectors=True)
+    h.store.set_derived("zh", [(m.id, m.vector, ()) for m in stored], h.embedder.id)
+    old = {k: v for k, v in h.store.manifest("zh").items() if k != "terms"}
+    h.store.put_manifest("zh", old)
+    with caplog.at_level(logging.WARNING, logger="semhist.history"):
+        before = make_history()
+        assert not before.index("zh").lexical.scores(tokenize("上海")).any()
+    assert any("semhist reindex --thread zh" in r.getMessage() for r in caplog.records)
+    assert before.reindex("zh") == 4
+    assert h.store.manifest("zh")["terms"] == TERMS_VERSION
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="semhist.history"):
+        after = make_history()
+        assert after.index("zh").lexical.scores(tokenize("上海"))[0] > 0
+    assert not caplog.records
+
+
 def test_a_replica_never_returns_what_another_forgot(make_history, ramen):
     writer, reader = make_history(), make_history()
     writer.ingest("a", ramen)

@@ -89,6 +89,21 @@ def test_a_question_found_in_the_history_comes_with_its_answer(engine, ramen):
         assert ramen.messages[group.message_ids[-1]].role != "user" or group.message_ids[-1] + 1 in result.included
 
 
+def test_the_one_author_a_request_names_is_not_searched_as_a_word(engine):
+    from indexers.lexical import tokenize
+    from retrieval.pipeline.search import searched_terms
+
+    rows = [{"role": "user", "name": "Caroline", "content": "Thanks, Melanie! The pottery class sounds great."},
+            {"role": "assistant", "name": "Melanie", "content": "I go swimming with the kids to relax."}]
+    index = engine.index(loads(json.dumps(rows)).only())
+    melanie = tokenize("Melanie")[0]
+    assert searched_terms(index, tokenize("What does Melanie do to relax?")) == tokenize("What does do to relax?")
+    both = tokenize("When did Caroline and Melanie meet?")
+    assert searched_terms(index, both) == both  # two people named: the names choose nothing apart
+    assert melanie in searched_terms(engine.index(loads(json.dumps(
+        [{**r, "name": None} for r in rows])).only()), tokenize("What does Melanie do?"))
+
+
 def test_budget_is_filled_and_never_exceeded(engine, ramen):
     small = engine.ask(ramen, "箱根のおすすめスポットはどこだったっけ？", budget=Budget.parse("30%"))
     large = engine.ask(ramen, "箱根のおすすめスポットはどこだったっけ？", budget=Budget.parse("60%"))

@@ -112,6 +112,18 @@ def test_retrieved_context_is_chronological_and_dated(engine, ramen):
     assert context.index("一蘭") < context.index("すみれ")
 
 
+def test_a_block_too_big_for_the_budget_gives_the_most_of_itself_that_fits(engine, ramen):
+    result = engine.ask(ramen, RAMEN_REQUEST, budget=Budget.parse("30%"))
+    block = engine.index(ramen).blocks[0]  # the first ramen talk, 468 tokens: too big for 30%
+    group = next(g for g in result.prompt.selection.retrieved if g.block_id == block.id)
+    (hit,) = group.whole
+    part = block.part_of(block.message_ids.index(hit))
+    assert len(group.message_ids) < len(block.message_ids)
+    assert set(part) < set(group.message_ids)  # more than the hit's topic sub-segment
+    assert group.message_ids == tuple(range(group.message_ids[0], group.message_ids[-1] + 1))
+    assert result.prompt.tokens <= result.budget_tokens
+
+
 def test_min_score_compatibility_mode(cache_dir, ramen):
     strict = Engine(Settings.load(env={}, cache_dir=cache_dir, min_score=0.99), llm=None)
     assert strict.ask(ramen, RAMEN_REQUEST).prompt.selection.retrieved == ()

@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ..errors import IndexMismatchError
+from ..lexical import TERMS_VERSION
 from ..settings import Settings
 
 FORMAT_VERSION = 4
@@ -28,7 +29,7 @@ def _version(dist: str) -> str:
 
 def manifest(settings: Settings, embedder_id: str, dim: int) -> dict[str, Any]:
     return {"format": FORMAT_VERSION, "embedder": embedder_id, "dim": dim, "segmenter": settings.segmenter,
-            **settings.segment_params,
+            **settings.segment_params, "terms": TERMS_VERSION,
             "versions": {d: _version(d) for d in ("semhist", "faiss-cpu", "numpy", "janome")},
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
@@ -55,6 +56,11 @@ def check(stored: dict[str, Any] | None, wanted: dict[str, Any], thread_id: str,
         what, flag, _, value = found
         raise IndexMismatchError(f"thread {thread_id} was indexed with {what}; "
                                  f"run: semhist reindex --thread {thread_id} {flag} {value}")
+
+
+def terms_version(stored: dict[str, Any] | None) -> int:
+    """The tokenizer rules a stored thread's terms were made with (1: before they were recorded)."""
+    return int((stored or {}).get("terms", 1))
 
 
 def complete(stored: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:

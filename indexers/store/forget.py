@@ -100,10 +100,14 @@ class ForgetMixin:
                                   "version = version + 1 WHERE thread_id = ?"), (thread_id,))
             self._segment(cur, thread_id, segment)
 
-    def set_vectors(self: Any, thread_id: str, vectors: Sequence[tuple[int, np.ndarray]], embedder: str) -> None:
-        """Replace message vectors (re-embedding after a model change)."""
+    def set_derived(self: Any, thread_id: str, rows: Sequence[tuple[int, np.ndarray, Sequence[str]]],
+                    embedder: str) -> None:
+        """Replace what was derived from each message, (id, vector, terms): re-embedding after a
+        model change, re-tokenizing after the tokenizer's rules changed."""
         with self._write(thread_id) as cur:
-            cur.executemany(self._sql("UPDATE messages SET vector = ?, embedder = ? WHERE id = ? AND thread_id = ?"),
-                            [(np.asarray(v, dtype=np.float32).tobytes(), embedder, i, thread_id) for i, v in vectors])
+            cur.executemany(self._sql("UPDATE messages SET vector = ?, embedder = ?, terms = ? "
+                                      "WHERE id = ? AND thread_id = ?"),
+                            [(np.asarray(v, dtype=np.float32).tobytes(), embedder, "\x1f".join(t), i, thread_id)
+                             for i, v, t in rows])
             cur.execute(self._sql("UPDATE threads SET generation = generation + 1, version = version + 1 "
                                   "WHERE thread_id = ?"), (thread_id,))

@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "locks the tables while it runs)")
 
     p = _command(sub, "reindex", stored.cmd_reindex, (EMBED, SEGMENT, STORE, WRITE, CACHE),
-                 help="embed and segment stored threads again with the current settings")
+                 help="embed, tokenize and segment stored threads again with the current settings")
     p.add_argument("--thread", help="one thread (default: all)")
     p.add_argument("--quiet", action="store_true")
 

@@ -8,6 +8,7 @@ store of their own (`retrieval.Engine`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from indexers.index import manifest as manifests
 from indexers.index.thread_index import ThreadIndex
 from indexers.index.vectors import ThreadVectors
 from indexers.ingest import IngestResult, Ingestor, cutoff, source_key
+from indexers.lexical import TERMS_VERSION
 from indexers.loader import build_thread, check_request, resolve_zone
 from indexers.model import Thread
 from indexers.segment import get_segmenter
@@ -38,6 +40,8 @@ from .maintenance import Maintenance
 from .states import Entry, ThreadStates
 from .turns import turn_record
 from .views import candidate_view
+
+log = logging.getLogger("semhist.history")
 
 RETENTION_CHECK_S = 60.0
 MAX_KEY = 512  # characters of a caller's message id (Teams ids are under 100)
@@ -168,9 +172,16 @@ class History(Maintenance):
             return None
         stored = self.store.manifest(entry.thread_id)
         manifests.check(stored, self.wanted_manifest, entry.thread_id, self.settings)
+        if stored is not None and manifests.terms_version(stored) < TERMS_VERSION:
+            # its asks still work; text the old rules cut otherwise (Chinese, Korean) misses the lexical side
+            log.warning("thread %s was tokenized by older rules (terms v%d, now v%d): semhist reindex "
+                        "--thread %s tokenizes it again", entry.thread_id, manifests.terms_version(stored),
+                        TERMS_VERSION, entry.thread_id)
         entry.verified = stored is not None
         if create and not manifests.complete(stored, self.wanted_manifest):
-            return {**self.wanted_manifest, **(stored or {})}
+            # an older manifest's missing keys are ours, but not our terms: its messages keep theirs
+            return {**self.wanted_manifest, **stored, "terms": manifests.terms_version(stored)} if stored \
+                else self.wanted_manifest
         return None
 
     def _retention(self, entry: Entry) -> None:

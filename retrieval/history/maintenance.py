@@ -76,8 +76,9 @@ class Maintenance:
                 for info in self.store.threads() if info.retention_days is not None}
 
     def reindex(self: Any, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
-        """Embed the thread again with the current embedder, segment it again with the
-        current settings, and record them; the index is rebuilt on the next read."""
+        """Embed and tokenize the thread again with the current embedder and tokenizer rules,
+        segment it again with the current settings, and record them; the index is rebuilt on
+        the next read. Summaries, statements and the turn log are kept."""
         if not self.store.has_thread(check_thread_id(thread_id)):
             raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
         n = self.ingestor.reembed(thread_id, progress)

@@ -128,25 +128,34 @@ def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], ma
     return tuple(kept)
 
 
-def pack(candidates: Iterable[tuple[tuple[tuple[int, ...], ...], float | None, int | None, int | None]],
+def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int | None, int | None]],
          cost: Callable[[int, bool], int], budget: int, exclude: frozenset[int],
          max_groups: int | None = None) -> list[Retrieved]:
     """Fill `budget` tokens greedily in rank order.
 
-    Each candidate offers alternatives, largest first (a whole block, then a window around
-    its best message); the first alternative that still fits is taken, so a block is never
+    Each candidate offers alternatives, largest first (a whole block, then shorter stretches
+    of it, then a window around its best message), made as they are read; the first
+    alternative that still fits is taken, so a block is never
     cut below the window a fact needs. Messages already kept are not paid for twice. A
     candidate's hit (its 4th item) is priced and shown whole (`cost(position, whole)`).
     """
     out: list[Retrieved] = []
     taken = set(exclude)
     spent = 0
+    priced: dict[tuple[int, bool], int] = {}  # a block's alternatives share their messages
+
+    def cost_of(p: int, whole: bool) -> int:
+        key = (p, whole)
+        if key not in priced:
+            priced[key] = cost(p, whole)
+        return priced[key]
+
     for alternatives, score, block_id, hit in candidates:
         for ids in alternatives:
             new = tuple(p for p in ids if p not in taken)
             if not new:
                 break
-            price = sum(cost(p, p == hit) for p in new) + RUN_OVERHEAD
+            price = sum(cost_of(p, p == hit) for p in new) + RUN_OVERHEAD
             if spent + price <= budget:
                 out.append(Retrieved(new, score, len(out), block_id, (hit,) if hit in new else ()))
                 taken.update(new)

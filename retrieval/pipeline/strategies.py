@@ -7,7 +7,7 @@ call and result together, last exchanges verbatim) hold for all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Protocol
@@ -22,12 +22,12 @@ from indexers.tokens import count_text
 
 from .assemble import CONTEXT_OVERHEAD, fixed_cost, history_cost, render_memory
 from .keyword import TOPIC, KeywordResult
-from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages
+from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
 from .select import PROTECTED_UNITS, MemoryResult, Retrieved, Selection, last_units, line_cost, pack
 
 # (alternatives largest first, cosine shown to the user or None for a time match, block id,
 # the position the search hit or None); candidates are packed in list order, the rank order
-Candidate = tuple[tuple[tuple[int, ...], ...], "float | None", "int | None", "int | None"]
+Candidate = tuple[Iterable[tuple[int, ...]], "float | None", "int | None", "int | None"]
 
 
 @dataclass(frozen=True)
@@ -117,10 +117,11 @@ class Blocks:
         candidates: list[Candidate] = []
         if plan.time_range is not None:
             candidates += _in_range(thread, index, plan, s.gap_seconds)
+        terms = searched_terms(index, plan.terms)
         if plan.intent == TOPIC:
-            candidates += _topic(index, dense, plan, s, relative=max_groups is not None)
+            candidates += _topic(index, dense, terms, s, relative=max_groups is not None)
         else:
-            candidates += _facts(index, dense, plan, s.hit_window)
+            candidates += _facts(index, dense, terms, s.hit_window)
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
@@ -247,13 +248,14 @@ def _no_pause(messages, before: Block, block: Block, gap_seconds: float) -> bool
     return end is not None and start is not None and (start - end).total_seconds() <= gap_seconds
 
 
-def _topic(index: ThreadIndex, dense: np.ndarray, plan: KeywordResult, s: Settings,
+def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
            relative: bool) -> list[Candidate]:
-    """Whole blocks by hybrid block score; a block too big for what is left offers its topic
-    sub-segment around the best message, then a window."""
-    scores = fused_blocks(index, dense, plan.terms)
+    """Whole blocks by hybrid block score; a block too big for what is left offers, largest
+    first, its topic sub-segment around the best message, shorter stretches around that
+    message, and a window."""
+    scores = fused_blocks(index, dense, terms)
     best_dense = block_max(index, dense)
-    fused = fused_rows(index, dense, plan.terms)
+    fused = fused_rows(index, dense, terms)
     first, end = index.block_rows
     floor = -np.inf
     if relative and len(best_dense):  # without a budget, a block far weaker than the best is another topic
@@ -264,17 +266,48 @@ def _topic(index: ThreadIndex, dense: np.ndarray, plan: KeywordResult, s: Settin
     for b in np.argsort(-scores, kind="stable"):
         if best_dense[b] < floor:
             continue
-        offset = int(np.argmax(fused[first[b]:end[b]]))
-        block = index.blocks[b]
-        out.append(((block.message_ids, block.part_of(offset), _window(index, first[b] + offset, s.hit_window)),
-                    float(best_dense[b]), block.id, index.rows[first[b] + offset]))
+        row = int(first[b]) + int(np.argmax(fused[first[b]:end[b]]))
+        out.append((_block_and_parts(index, b, row, s.hit_window), float(best_dense[b]), index.blocks[b].id,
+                    index.rows[row]))
     return out
 
 
-def _facts(index: ThreadIndex, dense: np.ndarray, plan: KeywordResult, width: int,
+def _block_and_parts(index: ThreadIndex, b: int, row: int, width: int) -> Iterator[tuple[int, ...]]:
+    """Block `b` whole, then, largest first, its topic sub-segment around its best message at
+    `row`, shorter stretches around that message and a window. Made as the packer reaches the
+    block: most blocks of a thread it never reaches."""
+    block = index.blocks[b]
+    yield block.message_ids
+    smaller = [block.part_of(row - int(index.block_rows[0][b])), _window(index, row, width),
+               *_stretches(index, b, row)]
+    smaller = [ids for ids in dict.fromkeys(smaller) if len(ids) < len(block.message_ids)]
+    smaller.sort(key=len, reverse=True)  # stable: a topic sub-segment before a stretch as long
+    yield from smaller
+
+
+# Where a stretch around the best message starts: this share of it comes before the message.
+# The talk about a thing mostly follows where it is first named (JMultiWOZ at 5%: 0.736 with
+# none before, 0.744 with a fifth to a third, 0.725 centred).
+LEAD = 0.25
+
+
+def _stretches(index: ThreadIndex, b: int, row: int) -> list[tuple[int, ...]]:
+    """Shorter and shorter stretches of block `b` around its best message at `row`, for a
+    budget that cannot hold the block: the most of it that fits, not only one sub-segment."""
+    first, end = index.block_rows
+    lo, hi = int(first[b]), int(end[b])
+    step = max(1, (hi - lo) // 16)  # at most 16 alternatives: each is priced when packed
+    out = []
+    for size in range(hi - lo - step, 2, -step):
+        start = min(max(lo, row - round(size * LEAD)), hi - size)
+        out.append(tuple(index.rows[start:start + size]))
+    return out
+
+
+def _facts(index: ThreadIndex, dense: np.ndarray, terms: list[str], width: int,
            limit: int = 400) -> list[Candidate]:
     """Windows around the best messages by fused dense + BM25 rank."""
-    fused = fused_rows(index, dense, plan.terms)
+    fused = fused_rows(index, dense, terms)
     rows = np.argsort(-fused, kind="stable")[:limit]
     return [((_window(index, int(r), width), tuple(index.rows[r:_reply_end(index, int(r))]), (index.rows[r],)),
              float(dense[r]), int(index.row_block[r]), index.rows[r]) for r in rows]
