@@ -48,6 +48,11 @@ def _message(stored: StoredMessage, index: int) -> Message:
                    stored.tool_call_id, stored.verbatim)
 
 
+def message_terms(m: Message) -> tuple[str, ...]:
+    """What the lexical index holds of a message: none for system messages, never retrieved."""
+    return tuple(tokenize(message_text(m))) if m.role != "system" else ()
+
+
 def pii_rules(value: str | None) -> tuple[str, ...]:
     """The rule names a `pii` setting (or a thread's stored choice) stands for."""
     masker = masker_from_setting(value)
@@ -108,7 +113,7 @@ class Ingestor:
             if searchable else []
         by_pos = dict(zip(searchable, vectors))
         return [NewMessage(m.role, m.content, m.timestamp, m.name, m.tool_calls, m.tool_call_id, key,
-                           tuple(tokenize(message_text(m))) if m.role != "system" else (), by_pos.get(i),
+                           message_terms(m), by_pos.get(i),
                            count_message(m.to_openai()), m.verbatim)
                 for i, (m, key) in enumerate(zip(masked, keys))]
 
@@ -168,7 +173,7 @@ class Ingestor:
             batch = stored[start:start + self.batch_size]
             messages = [_message(m, 0) for m in batch]
             vectors = embed_or_fail(self.embedder, [embedding_text(m) for m in messages], PASSAGE)
-            self.store.set_derived(thread_id, [(s.id, v, tuple(tokenize(message_text(m))))
+            self.store.set_derived(thread_id, [(s.id, v, message_terms(m))
                                                for s, m, v in zip(batch, messages, vectors)], self.embedder.id)
             if progress:
                 progress(len(batch))

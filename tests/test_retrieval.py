@@ -102,6 +102,13 @@ def test_the_one_author_a_request_names_is_not_searched_as_a_word(engine):
     assert searched_terms(index, both) == both  # two people named: the names choose nothing apart
     assert melanie in searched_terms(engine.index(loads(json.dumps(
         [{**r, "name": None} for r in rows])).only()), tokenize("What does Melanie do?"))
+    # one author with a name of two words is still one author named
+    two_words = engine.index(loads(json.dumps([{**rows[0], "name": "Mary Ann"}, rows[1]])).only())
+    assert searched_terms(two_words, tokenize("What did Mary Ann paint?")) == tokenize("What did paint?")
+    # a character of a Chinese name alone does not name its author
+    zh = engine.index(loads(json.dumps([{**rows[0], "name": "王小明"}, rows[1]])).only())
+    assert searched_terms(zh, tokenize("明天去哪儿？")) == tokenize("明天去哪儿？")
+    assert not set(tokenize("小明")) & set(searched_terms(zh, tokenize("小明喜欢什么？")))
 
 
 def test_budget_is_filled_and_never_exceeded(engine, ramen):

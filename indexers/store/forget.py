@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from .records import StoredMessage, check_thread_id
-from .rows import COLUMNS, chunks, marks, message_row, request_key
+from .rows import COLUMNS, chunks, marks, message_row, request_key, terms_column
 
 TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
@@ -107,7 +107,7 @@ class ForgetMixin:
         with self._write(thread_id) as cur:
             cur.executemany(self._sql("UPDATE messages SET vector = ?, embedder = ?, terms = ? "
                                       "WHERE id = ? AND thread_id = ?"),
-                            [(np.asarray(v, dtype=np.float32).tobytes(), embedder, "\x1f".join(t), i, thread_id)
+                            [(np.asarray(v, dtype=np.float32).tobytes(), embedder, terms_column(t), i, thread_id)
                              for i, v, t in rows])
             cur.execute(self._sql("UPDATE threads SET generation = generation + 1, version = version + 1 "
                                   "WHERE thread_id = ?"), (thread_id,))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..tokens import count_message
-from .rows import request_key
+from .rows import column_terms, request_key
 
 SQLITE, POSTGRES = "sqlite", "postgresql"
 
@@ -43,7 +43,7 @@ def _block_documents(store: Any, cur: Any) -> None:
                 "ORDER BY thread_id, block_no")
     docs: dict[tuple[str, int], list[str]] = {}
     for thread_id, block_no, terms in cur.fetchall():
-        docs.setdefault((thread_id, int(block_no)), []).extend(terms.split("\x1f") if terms else ())
+        docs.setdefault((thread_id, int(block_no)), []).extend(column_terms(terms))
     for (thread_id, block_no), terms in docs.items():
         store._index_terms(cur, thread_id, block_no, terms)
 

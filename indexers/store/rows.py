@@ -50,12 +50,23 @@ def offset(ts: datetime | None) -> str | None:
     return ts.strftime("%z")[:3] + ":" + ts.strftime("%z")[3:]
 
 
+TERMS_SEP = "\x1f"  # between a message's index terms in its `terms` column; no term holds it
+
+
+def terms_column(terms: Sequence[str]) -> str:
+    return TERMS_SEP.join(terms)
+
+
+def column_terms(column: str | None) -> tuple[str, ...]:
+    return tuple(column.split(TERMS_SEP)) if column else ()
+
+
 def message_row(r: Sequence[Any], with_vector: bool = False) -> StoredMessage:
     mid, tid, role, content, ts, tz, sort_ts, name, calls, call_id, terms, block_no, tokens, verbatim = r[:14]
     vector = np.frombuffer(bytes(r[14]), dtype=np.float32) if with_vector and r[14] is not None else None
     return StoredMessage(int(mid), tid, role, content, stamp(ts, tz), float(sort_ts), name,
                          tuple(json.loads(calls)) if calls else None, call_id,
-                         tuple(terms.split("\x1f")) if terms else (), block_no, vector, int(tokens or 0),
+                         column_terms(terms), block_no, vector, int(tokens or 0),
                          json.loads(verbatim) if verbatim else None)
 
 

@@ -19,7 +19,7 @@ from .reads import ReadMixin
 from .migrations import MIGRATIONS, script
 from .records import (AppendResult, StaleRules, ClosedBlock, Marker, NewMessage, StoredBlock, StoredMessage,
                       ThreadInfo, check_thread_id)
-from .rows import INSERT, chunks, history_blob, marks, now_iso, offset, stamp
+from .rows import INSERT, chunks, history_blob, marks, now_iso, offset, stamp, terms_column
 
 _MARKER = "uid, generation, version, n_messages, n_tokens, n_vectors, pii"
 
@@ -184,7 +184,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
                 sort_keys.append(latest)
                 rows.append((thread_id, ts, offset(m.timestamp), latest, m.role, m.name, m.content,
                              json.dumps(list(m.tool_calls), ensure_ascii=False) if m.tool_calls else None,
-                             m.tool_call_id, m.source_key, "\x1f".join(m.terms), embedder if m.vector is not None else None,
+                             m.tool_call_id, m.source_key, terms_column(m.terms), embedder if m.vector is not None else None,
                              np.asarray(m.vector, dtype=np.float32).tobytes() if m.vector is not None else None,
                              int(m.tokens), json.dumps(m.verbatim, ensure_ascii=False) if m.verbatim else None))
             row_ids = self._insert(cur, rows)

@@ -58,13 +58,17 @@ def searched_terms(index: ThreadIndex, terms: Sequence[str]) -> list[str]:
     LoCoMo +0.009 / +0.003 / +0.002 at 5 / 10 / 25%, multi-hop +0.020 / +0.030 / +0.011
     (benchmarks/multihop.md).
     """
-    authors = index.derived("author terms", _author_terms)
-    named = set(terms) & authors
-    return [t for t in terms if t not in named] if len(named) == 1 else list(terms)
+    # a name is asked for by one of its terms of two characters or more: the single characters
+    # of a Chinese name (王, 小) are common words of their own
+    asked = {t for t in terms if len(t) > 1}
+    named = [name for name in index.derived("author terms", _author_terms) if name & asked]
+    return [t for t in terms if t not in named[0]] if len(named) == 1 else list(terms)
 
 
-def _author_terms(thread: Thread) -> frozenset[str]:
-    return frozenset(t for name in {m.name for m in thread.messages if m.name} for t in tokenize(name))
+def _author_terms(thread: Thread) -> tuple[frozenset[str], ...]:
+    """Each author's name as its terms: "Mary Ann" is one author of two terms."""
+    names = {frozenset(tokenize(m.name)) for m in thread.messages if m.name}
+    return tuple(name for name in names if name)
 
 
 def fused_rows(index: ThreadIndex, dense: np.ndarray, terms: Sequence[str]) -> np.ndarray:
