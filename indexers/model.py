@@ -88,6 +88,20 @@ class Thread:
     queries: tuple[Query, ...] = ()
     language: str | None = None
 
+    @classmethod
+    def indexed(cls, thread_id: str, messages: tuple[Message, ...], system_positions: tuple[int, ...]) -> Thread:
+        """A thread whose system positions are already known (an index keeps them as messages
+        arrive): finding them again would walk every message on every change."""
+        thread = cls(thread_id, messages)
+        thread.__dict__["system_positions"] = system_positions  # the cached_property's own slot
+        return thread
+
+    def with_messages(self, messages: tuple[Message, ...]) -> Thread:
+        """The same thread with some messages shown otherwise (same roles at the same places)."""
+        thread = Thread(self.id, messages, self.queries, self.language)
+        thread.__dict__["system_positions"] = self.system_positions
+        return thread
+
     @cached_property
     def system_positions(self) -> tuple[int, ...]:
         """Where the system messages are (they go first in every prompt)."""

@@ -10,9 +10,10 @@ block after block; for a thread they are in chronological order.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,6 +25,18 @@ from ..tokens import count_message
 from .faiss_index import FaissIndex
 
 _MESSAGE_OVERHEAD = 300  # bytes a message costs in memory besides its text, about
+MAX_DERIVATIONS = 4  # a process asks with one or two sets of settings: a few are enough
+
+
+class Derivation(Protocol):
+    """State derived from a thread's messages and kept up to date by appends: `extend` sees
+    each message once, in order, so an append costs what was appended, not the thread."""
+
+    def extend(self, messages: Sequence[Message], start: int) -> None:
+        """Take in `messages[start:]` (the messages added since the last call)."""
+
+    def value(self, index: ThreadIndex) -> Any:
+        """What the query stages read."""
 
 
 def as_message(stored: StoredMessage) -> Message:
@@ -48,6 +61,7 @@ class ThreadIndex:
         self.closed: list[Block] = []
         self.open: list[Block] = []
         self.closed_rows = 0
+        self._closed_sizes: list[int] = []  # rows of each closed block, kept as they close
         self.last_block_no = -1
         self.units: list[tuple[int, ...]] = []
         self.history_tokens = 0  # prompt cost of every non-system message of the thread
@@ -55,7 +69,8 @@ class ThreadIndex:
         self.appendable = True
         self._history: tuple[float, ...] = ()
         self._tail: dict[int, tuple[np.ndarray | None, tuple[str, ...]]] = {}  # row -> (vector, terms)
-        self._derived: dict[Hashable, tuple[Thread, Any]] = {}  # see `derived`
+        self._system: list[int] = []  # positions of the operator's messages
+        self._derived: OrderedDict[Hashable, tuple[int, Derivation]] = OrderedDict()  # see `derived`
         self._text_bytes = 0
 
     # -- building ------------------------------------------------------------------------
@@ -101,6 +116,7 @@ class ThreadIndex:
         if m.timestamp is not None:
             self.last_time = m.timestamp
         if m.role == "system":
+            self._system.append(pos)
             return
         self.history_tokens += m.tokens or count_message(msg.to_openai())
         if m.role == "user" or not self.units:
@@ -138,6 +154,7 @@ class ThreadIndex:
         parts = tuple(stored.parts) if stored else (0,)
         self.closed.append(Block(len(self.closed), tuple(positions), self.messages[positions[0]].timestamp,
                                  self.messages[positions[-1]].timestamp, tokens, parts))
+        self._closed_sizes.append(len(positions))
         for r in rows:
             self._tail.pop(r, None)
         self.closed_rows += len(positions)
@@ -187,20 +204,26 @@ class ThreadIndex:
     def _changed(self) -> None:
         for name in ("thread", "blocks", "block_rows", "row_block", "turn_units", "system"):
             self.__dict__.pop(name, None)
-        self._derived.clear()  # what `derived` held keeps no old thread alive
 
     @cached_property
     def thread(self) -> Thread:
-        return Thread(self.thread_id, tuple(self.messages))
+        return Thread.indexed(self.thread_id, tuple(self.messages), tuple(self._system))
 
-    def derived(self, key: Hashable, make: Callable[[Thread], Any]) -> Any:
-        """`make(self.thread)`, computed once until the thread changes (one value per key: a
-        process asks with one set of settings, so this holds one or two)."""
-        thread = self.thread
+    def derived(self, key: Hashable, make: Callable[[], Derivation]) -> Any:
+        """The value of the derivation `make()` registered under `key`, brought up to date with
+        the messages appended since it last looked (messages are only ever appended to an
+        index: one that changes otherwise is built again, derivations with it)."""
         held = self._derived.get(key)
-        if held is None or held[0] is not thread:
-            held = self._derived[key] = (thread, make(thread))
-        return held[1]
+        if held is None:
+            held = (0, make())
+            while len(self._derived) >= MAX_DERIVATIONS:
+                self._derived.popitem(last=False)
+        seen, derivation = held
+        if seen < len(self.messages):
+            derivation.extend(self.messages, seen)
+        self._derived[key] = (len(self.messages), derivation)
+        self._derived.move_to_end(key)
+        return derivation.value(self)
 
     @cached_property
     def blocks(self) -> tuple[Block, ...]:
@@ -211,13 +234,9 @@ class ThreadIndex:
         return tuple(self.units)
 
     @cached_property
-    def system(self) -> tuple[int, ...]:
-        return tuple(p for p, m in enumerate(self.messages) if m.role == "system")
-
-    @cached_property
     def block_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(first row, end row) of each block: rows are stored block after block."""
-        sizes = np.array([len(b.message_ids) for b in self.blocks], dtype=np.int64)
+        sizes = np.array(self._closed_sizes + [len(b.message_ids) for b in self.open], dtype=np.int64)
         ends = np.cumsum(sizes)
         return ends - sizes, ends
 

@@ -23,7 +23,7 @@ from .keyword import KeywordResult, extract_keywords
 from .search import embed_query
 from .select import MemoryResult
 from .strategies import get_strategy, strategy_input
-from .toolresults import clear_old_results
+from .toolresults import ClearedResults
 
 BUDGETED = ("token-budget", "summary", "structured")  # strategies that always work to a budget
 # The system prompt when semhist itself asks the model for the answer (ask --answer, eval
@@ -129,10 +129,10 @@ class Asker:
         if strat.uses_search:
             keywords = keywords or self.keywords(request, index.last_time)
             vector = vector if vector is not None else self.query_vector(keywords)
-        # old tool results cleared: derived once per thread state, not per request (10 ms for
-        # 5,000 messages with 1,250 results)
+        # old tool results cleared: kept by appends, not derived per request (walking the
+        # thread took 10 ms for 5,000 messages with 1,250 results)
         shown = index.derived(("tool results", s.keep_tool_results, s.tool_clear_step, s.protected_tools),
-                              lambda thread: clear_old_results(thread, s))
+                              lambda: ClearedResults(s))
         selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing,
                                                 shown))
         prompt = fit(shown, selection, request, limit, system_prompt=s.system_prompt,

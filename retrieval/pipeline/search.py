@@ -14,7 +14,7 @@ import numpy as np
 from indexers.embed import QUERY, Embedder
 from indexers.index.thread_index import ThreadIndex
 from indexers.lexical import tokenize
-from indexers.model import Block, Thread
+from indexers.model import Block, Message
 
 RRF_K = 60
 # BM25 counts twice: on LoCoMo it beat cosine alone (0.72 vs 0.56 evidence recall at a 10%
@@ -61,14 +61,27 @@ def searched_terms(index: ThreadIndex, terms: Sequence[str]) -> list[str]:
     # a name is asked for by one of its terms of two characters or more: the single characters
     # of a Chinese name (王, 小) are common words of their own
     asked = {t for t in terms if len(t) > 1}
-    named = [name for name in index.derived("author terms", _author_terms) if name & asked]
+    named = [name for name in index.derived("author terms", AuthorTerms) if name & asked]
     return [t for t in terms if t not in named[0]] if len(named) == 1 else list(terms)
 
 
-def _author_terms(thread: Thread) -> tuple[frozenset[str], ...]:
-    """Each author's name as its terms: "Mary Ann" is one author of two terms."""
-    names = {frozenset(tokenize(m.name)) for m in thread.messages if m.name}
-    return tuple(name for name in names if name)
+class AuthorTerms:
+    """Each author's name as its terms ("Mary Ann" is one author of two terms), kept as
+    messages arrive: a name is tokenized the first time it is seen, never again (a Teams
+    thread names its speaker on every message)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, frozenset[str]] = {}
+        self._value: tuple[frozenset[str], ...] = ()
+
+    def extend(self, messages: Sequence[Message], start: int) -> None:
+        new = {m.name for m in messages[start:] if m.name and m.name not in self._names}
+        if new:
+            self._names.update((name, frozenset(tokenize(name))) for name in new)
+            self._value = tuple({terms for terms in self._names.values() if terms})
+
+    def value(self, index: ThreadIndex) -> tuple[frozenset[str], ...]:
+        return self._value
 
 
 def fused_rows(index: ThreadIndex, dense: np.ndarray, terms: Sequence[str]) -> np.ndarray:

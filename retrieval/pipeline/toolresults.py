@@ -14,25 +14,22 @@ it retrieves it, whole, into the context message.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from indexers.index.thread_index import ThreadIndex
 from indexers.model import Message, Thread
 from indexers.settings import Settings
 
 ARGUMENTS_SHOWN = 60  # characters of a call's arguments the placeholder repeats
 
 
-def tool_names(thread: Thread) -> dict[str, tuple[str, str]]:
-    """call id -> (function name, its arguments as sent), from the assistant's tool calls."""
-    out: dict[str, tuple[str, str]] = {}
-    for m in thread.messages:
-        for call in m.tool_calls or ():
-            function: Any = call.get("function") or {}
-            arguments = function.get("arguments", "")
-            out[str(call.get("id"))] = (str(function.get("name") or "a tool"),
-                                        arguments if isinstance(arguments, str) else json.dumps(arguments))
-    return out
+def call_name(call: dict[str, Any]) -> tuple[str, str]:
+    """A tool call's function name and its arguments as sent."""
+    function: Any = call.get("function") or {}
+    arguments = function.get("arguments", "")
+    return str(function.get("name") or "a tool"), arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def placeholder(name: str, arguments: str, chars: int) -> str:
@@ -40,33 +37,69 @@ def placeholder(name: str, arguments: str, chars: int) -> str:
     return f"[result of {name}({shown}) cleared: {chars:,} characters, retrieved when a request needs them]"
 
 
+class ClearedResults:
+    """The thread as prompts show it, kept by appends (a ThreadIndex derivation): each message
+    is looked at once, when it arrives, and a result is cleared once, when its step comes.
+
+    Results are cleared oldest first and the newest user turn only moves forward, so the
+    cleared results are always a prefix of the clearable ones: a pointer into them is enough.
+    """
+
+    def __init__(self, settings: Settings):
+        self.keep, self.step = settings.keep_tool_results, settings.tool_clear_step
+        self.protected = {n.strip() for n in settings.protected_tools.split(",") if n.strip()}
+        self.calls: dict[str, tuple[str, str]] = {}  # call id -> (function name, arguments)
+        self.results: list[int] = []  # positions of the results that may be cleared, in order
+        self.cleared = 0  # results[:cleared] show as placeholders
+        self.turn = -1  # position of the newest user message
+        self.shown: list[Message] = []
+        self._thread: Thread | None = None
+
+    def extend(self, messages: Sequence[Message], start: int) -> None:
+        for p in range(start, len(messages)):
+            m = messages[p]
+            self.shown.append(m)
+            for call in m.tool_calls or ():
+                self.calls[str(call.get("id"))] = call_name(call)
+            if m.role == "user":
+                self.turn = p
+            elif m.role == "tool" and self.keep >= 0 and self._name(m)[0] not in self.protected:
+                self.results.append(p)
+        old = len(self.results) - self.keep
+        due = old // self.step * self.step if self.keep >= 0 and old > 0 else 0
+        # the current turn's results (after the last user message) are never cleared: an
+        # agent in a tool loop needs all it has read for the answer it is writing
+        while self.cleared < due and self.results[self.cleared] < self.turn:
+            p = self.results[self.cleared]
+            name, arguments = self._name(messages[p])
+            # characters, not tokens: counting a large result's tokens costs more than it says
+            self.shown[p] = replace(messages[p], cleared=placeholder(name, arguments, len(messages[p].content)))
+            self.cleared += 1
+            self._thread = None
+
+    def _name(self, result: Message) -> tuple[str, str]:
+        return self.calls.get(str(result.tool_call_id), ("a tool", ""))
+
+    def shown_thread(self, thread: Thread) -> Thread:
+        if not self.cleared:
+            return thread
+        if self._thread is None or len(self._thread.messages) != len(self.shown):
+            self._thread = thread.with_messages(tuple(self.shown))
+        return self._thread
+
+    def value(self, index: ThreadIndex) -> Thread:
+        return self.shown_thread(index.thread)
+
+
 def clearable(thread: Thread, settings: Settings) -> list[int]:
-    """Positions of the tool results a prompt shows as placeholders, oldest first. The results
-    of the current turn (after the last user message) are never among them: an agent in a
-    tool loop needs all it has read for the answer it is writing."""
-    if settings.keep_tool_results < 0:
-        return []
-    protected = {n.strip() for n in settings.protected_tools.split(",") if n.strip()}
-    names = tool_names(thread) if protected else {}
-    results = [p for p, m in enumerate(thread.messages) if m.role == "tool"
-               and (names.get(str(m.tool_call_id), ("",))[0] not in protected)]
-    old = len(results) - settings.keep_tool_results
-    step = settings.tool_clear_step
-    turn = next((p for p in range(len(thread.messages) - 1, -1, -1) if thread.messages[p].role == "user"), 0)
-    return [p for p in results[:old // step * step] if p < turn] if old > 0 else []
+    """Positions of the tool results a prompt shows as placeholders, oldest first."""
+    cleared = ClearedResults(settings)
+    cleared.extend(thread.messages, 0)
+    return cleared.results[:cleared.cleared]
 
 
 def clear_old_results(thread: Thread, settings: Settings) -> Thread:
-    """The thread as prompts show it: old tool results replaced by placeholders (Asker keeps
-    it with the thread's index until the thread changes)."""
-    positions = clearable(thread, settings)
-    if not positions:
-        return thread
-    names = tool_names(thread)
-    messages = list(thread.messages)
-    for p in positions:
-        m: Message = messages[p]
-        name, arguments = names.get(str(m.tool_call_id), ("a tool", ""))
-        # characters, not tokens: counting a large result's tokens on every request costs more than it says
-        messages[p] = replace(m, cleared=placeholder(name, arguments, len(m.content)))
-    return replace(thread, messages=tuple(messages))
+    """The thread as prompts show it: old tool results replaced by placeholders."""
+    cleared = ClearedResults(settings)
+    cleared.extend(thread.messages, 0)
+    return cleared.shown_thread(thread)
