@@ -14,8 +14,13 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexers.errors import SemhistError
+from indexers.errors import SemhistError, missing_extra
 from indexers.settings import Settings
+
+try:  # at import, so a server without it refuses to start instead of failing every chat request
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise missing_extra("httpx", "service") from exc
 
 from ..history import History
 from . import chat
@@ -165,8 +170,6 @@ class _errors:
         return self
 
     async def __aexit__(self, kind, exc, tb) -> bool:
-        import httpx
-
         if isinstance(exc, httpx.TimeoutException):
             raise UpstreamTimeout(f"the upstream model did not answer in time ({type(exc).__name__}; "
                                   "SEMHIST_UPSTREAM_TIMEOUT)") from exc
@@ -189,8 +192,6 @@ def _upstream_headers(request: Request, upstream: Upstream, settings: Settings) 
 def _client(request: Request):
     state = request.app.state
     if getattr(state, "http", None) is None:
-        import httpx
-
         timeout = httpx.Timeout(state.upstream_timeout, connect=10.0)
         state.http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64))
     return state.http
