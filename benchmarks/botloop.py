@@ -3,13 +3,18 @@
     python benchmarks/botloop.py --pg postgresql://USER@127.0.0.1:PORT/SCRATCH_DB   # writes benchmarks/botloop.md
     python benchmarks/botloop.py --sizes 0 --no-many --structured   # the real local LLM (OPENAI_BASE_URL etc. set)
 
-The published table: --sizes 1000,5000,50000,1000000 --turns 10000 --long-turns 2000 (about
-2.5 hours on 2 cores, most of it the 1M-message ingests).
+The published table: --sizes 1000,5000,50000,1000000 --turns 1000 --long-turns 500 (about
+1.5 hours on 2 cores, most of it the 1M-message ingests; PostgreSQL's took 22 minutes).
 
 Each case runs in a fresh process. One thread is bulk-ingested (LoCoMo repeated; real USE-m3
 vectors plus N(0, 0.02) noise, precomputed, as in benchmarks/scale.py), then a bot's turns
 run on it: add the user's message, ask (the ask right after a write), ask again with another
-request (an ask with no write before it), add the reply. Every request is a LoCoMo question
+request (an ask with no write before it), add the reply. Threads are shaped as Teams delivers
+them (`--shape teams`, the default): every message carries its speaker's name and the bot's
+writes an activity id as key; one exchange in 20 of the bulk and one turn in 4 of the loop
+has the bot call a tool (a call and its result before the reply); one turn in 5 arrives in
+two bursts a second apart; one turn in 37 comes after a 5-hour pause. `--shape plain` is the
+older loop (no names, no keys, no tools). Every request is a LoCoMo question
 made unique with the turn number, so no query embedding comes from a cache; the budget is
 2,000 tokens; no LLM (local keyword). Resident memory is read after the first ask and after
 the last turn. The many-threads case stores 1,000 threads of 100 messages and runs the same
@@ -70,6 +75,51 @@ def _anon_mb() -> float:
 WARM = 1_000  # turns after which caches (SQLite pages, token counts, embeddings) are warm
 
 
+SHAPE = "teams"  # set by --shape
+PEOPLE = ("Caroline", "Melanie", "Taro Yamada", "Hanako Sato", "Mary Ann Lee")
+
+
+def teams_shape(messages: list) -> list:
+    """The bulk as a Teams bot stores it: LoCoMo's speakers stay as names, and one exchange in
+    20 becomes a tool call and its result (same count of messages, so vectors still line up)."""
+    from dataclasses import replace
+
+    out = list(messages)
+    for i in range(0, len(out) - 3, 20):
+        if [m.role for m in out[i:i + 4]] == ["user", "assistant", "user", "assistant"]:
+            call = {"id": f"call_{i}", "type": "function",
+                    "function": {"name": "search_notes", "arguments": json.dumps({"q": out[i].content[:40]})}}
+            out[i + 1] = replace(out[i + 1], content="", tool_calls=(call,), name=None)
+            out[i + 2] = replace(out[i + 2], role="tool", tool_call_id=f"call_{i}", name=None)
+    return out
+
+
+def _turn_writes(turn: int, texts: list[str], when) -> tuple[list[list[dict]], list[dict]]:
+    """The user's adds before the ask (one, or two bursts) and the reply's add (with a tool
+    call and its result first, one turn in four)."""
+    user, reply = texts[(2 * turn) % len(texts)], texts[(2 * turn + 1) % len(texts)]
+    if SHAPE == "plain":
+        return ([[{"role": "user", "content": f"{user} ({turn})", "timestamp": when.isoformat()}]],
+                [{"role": "assistant", "content": f"{reply} ({turn})",
+                  "timestamp": (when + timedelta(seconds=5)).isoformat()}])
+    person = PEOPLE[turn % len(PEOPLE)]
+
+    def msg(role, content, at, key, **extra):
+        return {"role": role, "content": content, "timestamp": (when + timedelta(seconds=at)).isoformat(),
+                "id": f"1:{turn}:{key}", **extra}
+    users = [[msg("user", f"{user} ({turn})", 0, "u", name=person)]]
+    if turn % 5 == 4:  # typed in two bursts
+        users = [[msg("user", "Quick question:", 0, "u0", name=person)],
+                 [msg("user", f"{user} ({turn})", 1, "u", name=person)]]
+    out = []
+    if turn % 4 == 3:
+        call = {"id": f"call_t{turn}", "type": "function",
+                "function": {"name": "search_tickets", "arguments": json.dumps({"q": user[:40]})}}
+        out = [msg("assistant", "", 3, "c", tool_calls=[call]),
+               msg("tool", f"ticket {turn}: {reply} " * 4, 4, "r", tool_call_id=f"call_t{turn}")]
+    return users, out + [msg("assistant", f"{reply} ({turn})", 5, "a", name="semhist")]
+
+
 def _turns(history, threads: list[str], questions: list[str], texts: list[str], turns: int, last, seed: int = 0):
     """Run the bot loop; returns the timings (ms) of adds, asks after a write and asks without
     one, and the resident memory once the caches are warm."""
@@ -77,23 +127,26 @@ def _turns(history, threads: list[str], questions: list[str], texts: list[str], 
 
     budget, rng = Budget.parse(BUDGET), random.Random(seed)
     adds, after, without, warm = [], [], [], None
+    when = last
     for turn in range(turns):
         if turn == min(WARM, turns // 2):
             gc.collect()
             warm = (_rss_mb(), _anon_mb())
         thread = threads[turn % len(threads)] if len(threads) == 1 else rng.choice(threads)
-        when = last + timedelta(seconds=30 * (turn + 1))
-        t0 = time.perf_counter()
-        history.add(thread, "user", f"{texts[(2 * turn) % len(texts)]} ({turn})", timestamp=when)
-        t1 = time.perf_counter()
+        when += timedelta(hours=5) if SHAPE == "teams" and turn % 37 == 36 else timedelta(seconds=30)
+        users, reply = _turn_writes(turn, texts, when)
+        for batch in users:
+            t0 = time.perf_counter()
+            history.add_many(thread, batch)
+            t1 = time.perf_counter()
+            adds.append((t1 - t0) * 1000)
         history.ask(thread, f"{questions[(2 * turn) % len(questions)]} ({turn})", budget=budget)
         t2 = time.perf_counter()
         history.ask(thread, f"{questions[(2 * turn + 1) % len(questions)]} ({turn}b)", budget=budget)
         t3 = time.perf_counter()
-        history.add(thread, "assistant", f"{texts[(2 * turn + 1) % len(texts)]} ({turn})",
-                    timestamp=when + timedelta(seconds=5))
+        history.add_many(thread, reply)
         t4 = time.perf_counter()
-        adds += [(t1 - t0) * 1000, (t4 - t3) * 1000]
+        adds.append((t4 - t3) * 1000)
         after.append((t2 - t1) * 1000)
         without.append((t3 - t2) * 1000)
     return adds, after, without, warm
@@ -113,6 +166,7 @@ def _summary(adds, after, without, warm, rss0, rss1) -> dict:
 
 def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> dict:
     messages, vectors, questions = corpus(n, cache_dir)
+    messages = teams_shape(messages) if SHAPE == "teams" else messages
     history = _history(url, workdir, cache_dir)
     history.store.migrate()
     ingest_s = _bulk(history, "bot", messages, vectors)
@@ -134,12 +188,19 @@ def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> di
     gc.collect()
     rss1 = (_rss_mb(), _anon_mb())
     asks_only = _asks_only(history, questions, turns)
-    out = {"case": "one thread", "messages": n, "backend": url.split(":")[0], "turns": turns,
+    out = {"case": "one thread", "shape": SHAPE, "messages": n, "backend": url.split(":")[0], "turns": turns,
            "ingest_s": round(ingest_s, 1), "embed_ms_p50": _pct(embed_ms, 50),
-           "view": "whole thread" if n + 2 * turns <= history.settings.view_limit else "candidates",
+           "view": _view(n, history.states.peek("bot"), history.settings.view_limit),
            "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, rss1), **asks_only}
     history.close()
     return out
+
+
+def _view(n: int, entry, limit: int) -> str:
+    """What the loop's asks searched: the whole thread, candidate views, or first one then the other."""
+    if n > limit:
+        return "candidates"
+    return "whole thread" if entry is not None and entry.index is not None else "whole, then candidates"
 
 
 def _asks_only(history, questions: list[str], turns: int, n: int = 2_000) -> dict:
@@ -157,6 +218,7 @@ def _asks_only(history, questions: list[str], turns: int, n: int = 2_000) -> dic
 
 def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int = 1000, size: int = 100) -> dict:
     messages, vectors, questions = corpus(threads * size, cache_dir)
+    messages = teams_shape(messages) if SHAPE == "teams" else messages
     history = _history(url, workdir, cache_dir)
     history.store.migrate()
     names = [f"19:bot-{i}@thread.v2" for i in range(threads)]
@@ -172,7 +234,8 @@ def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int
     adds, after, without, warm = _turns(history, names, questions, texts, turns, last, seed=1)
     gc.collect()
     s = history.settings
-    out = {"case": f"{threads} threads x {size}", "messages": threads * size, "backend": url.split(":")[0],
+    out = {"case": f"{threads} threads x {size}", "shape": SHAPE, "messages": threads * size,
+           "backend": url.split(":")[0],
            "turns": turns, "ingest_s": round(ingest_s, 1), "states_held": len(history.states),
            "state_mb": round(history.states.nbytes / 2**20, 1), "cache_limit": f"{s.cache_threads} threads / "
            f"{s.cache_mb} MB", "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, (_rss_mb(), _anon_mb()))}
@@ -232,11 +295,15 @@ def main() -> None:
     p.add_argument("--structured", action="store_true", help="also the structured case with the configured LLM")
     p.add_argument("--structured-turns", type=int, default=100)
     p.add_argument("--lookback", type=int, default=200, help="compaction_lookback of the structured case")
+    p.add_argument("--shape", choices=["teams", "plain"], default="teams",
+                   help="teams: names, keys, tool calls, bursts, pauses (default); plain: the older loop")
     p.add_argument("--workdir", default="/tmp/semhist-botloop")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "botloop"))
     p.add_argument("--one", nargs=3, metavar=("CASE", "N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    global SHAPE
+    SHAPE = args.shape
     work, cache = Path(args.workdir), Path(args.cache_dir)
     if args.one:
         kind, n, url = args.one
@@ -263,15 +330,15 @@ def main() -> None:
                      else args.long_turns or args.turns)
             print(f"-- {kind} {backend} {n:,} messages, {turns} turns", file=sys.stderr, flush=True)
             done = subprocess.run([sys.executable, __file__, "--one", kind, str(n), url, "--turns", str(turns),
-                                   "--lookback", str(args.lookback),
+                                   "--lookback", str(args.lookback), "--shape", args.shape,
                                    "--workdir", str(case_dir), "--cache-dir", args.cache_dir],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
             if done.returncode:
                 sys.exit(f"case {kind} {backend} {n} failed")
             row = json.loads(done.stdout.strip().splitlines()[-1])
             print(json.dumps(row), file=sys.stderr, flush=True)
-            key = (row["case"], row["backend"], row["messages"])
-            rows = [r for r in rows if (r["case"], r["backend"], r["messages"]) != key] + [row]
+            key = (row["case"], row["backend"], row["messages"], row.get("shape", "plain"))
+            rows = [r for r in rows if (r["case"], r["backend"], r["messages"], r.get("shape", "plain")) != key] + [row]
             rows.sort(key=lambda r: (r["case"] == "structured", "x" in r["case"], r["messages"], r["backend"] != "sqlite"))
             out.write_text(json.dumps(rows, indent=1))
             Path(args.out + ".md").write_text(report(rows, any(r["backend"] == "postgresql" for r in rows)))
@@ -280,7 +347,7 @@ def main() -> None:
 
 
 def report(rows: list[dict], with_pg: bool) -> str:
-    cols = ["case", "backend", "messages", "turns", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
+    cols = ["case", "shape", "backend", "messages", "turns", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
             "ask_after_write_ms_p95", "ask_no_write_ms_p50", "ask_no_write_ms_p95", "after_vs_no_write_p50",
             "rss_start_mb", "rss_end_mb", "rss_growth_mb", "anon_growth_mb", "anon_growth_after_warm_mb",
             "anon_growth_asks_only_mb", "full_loads", "embed_ms_p50"]
@@ -290,7 +357,7 @@ def report(rows: list[dict], with_pg: bool) -> str:
     if not with_pg:
         lines += ["PostgreSQL: skipped (no --pg URL given).", ""]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in loop]
+    lines += ["| " + " | ".join(str(r.get(c, "plain" if c == "shape" else "")) for c in cols) + " |" for r in loop]
     many = [r for r in loop if "states_held" in r]
     lines += [f"\n{r['case']} ({r['backend']}): {r['states_held']} thread states held at the end, "
               f"{r['state_mb']} MB by their own estimate (limit {r['cache_limit']})." for r in many]

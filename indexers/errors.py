@@ -27,6 +27,11 @@ class NotFoundError(InputError):
     """The thread or message named does not exist (or was forgotten)."""
 
 
+class TooLongError(InputError):
+    """The thread is too long for what was asked of it (every message of a thread past what
+    one prompt could hold); the message names what to ask instead."""
+
+
 class ConfigError(SemhistError):
     """A setting, backend name or optional dependency is wrong or missing."""
 

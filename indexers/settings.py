@@ -280,7 +280,13 @@ _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 
 @dataclass(frozen=True)
 class Budget:
-    """A hard per-prompt token budget: absolute tokens or a share of the full history."""
+    """A hard per-prompt token budget: absolute tokens or a share of the full history.
+
+    A share has a floor: what the prompt needs to keep the conversation going (the system
+    prompt, the request and the last two exchanges; `retrieval.pipeline.assemble.floor_cost`).
+    25% of a new bot's four turns is otherwise the request alone, and the bot forgets what
+    was said a turn ago. A number of tokens is the caller's hard cap: it has no floor, and
+    when the last exchanges do not fit the prompt says so."""
 
     value: float
     relative: bool
@@ -295,8 +301,11 @@ class Budget:
             raise InputError(f"budget out of range: {text!r} (a share is 0-100%, tokens at most {MAX_BUDGET:,})")
         return cls(value / 100 if pct else value, pct)
 
-    def tokens(self, full_history_tokens: int) -> int:
-        return int(self.value * full_history_tokens) if self.relative else int(self.value)
+    def tokens(self, full_history_tokens: int, floor: int = 0) -> int:
+        """The budget in tokens; a share never below `floor` (nor above the full history)."""
+        if not self.relative:
+            return int(self.value)
+        return max(int(self.value * full_history_tokens), min(floor, full_history_tokens))
 
     def __str__(self) -> str:
         return f"{self.value * 100:g}%" if self.relative else f"{int(self.value)}"

@@ -100,7 +100,7 @@ def compare_rows(results: list[AskResult]) -> list[dict[str, Any]]:
                "messages_kept": len(kept), "llm_calls": r.llm_calls,
                "keyword": " ".join(r.keywords.keywords) if r.keywords else None,
                "keyword_source": r.keywords.source if r.keywords else None,
-               "llm_failures": list(r.llm_failures)}
+               "llm_failures": list(r.llm_failures), "notes": list(r.prompt.notes)}
         if truth and truth.has_evidence:
             row["evidence_kept"] = len(kept & set(truth.relevant))
             row["evidence_total"] = len(truth.relevant)
@@ -136,7 +136,9 @@ def compare_text(rows: list[dict[str, Any]], full_tokens: int) -> str:
         body.append(line)
     failed = [f"{r['strategy']}: LLM step failed, the prompt shown did without it: {why}"
               for r in rows for why in r.get("llm_failures", ())]
-    return "\n".join([table(headers, body), f"full history: {full_tokens} tokens", *failed])
+    noted = [f"{r['strategy']}: note: {n}" for r in rows for n in r.get("notes", ())
+             if not n.startswith("compaction failed")]  # said above, as a failed LLM step
+    return "\n".join([table(headers, body), f"full history: {full_tokens} tokens", *failed, *noted])
 
 
 def eval_text(report: dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
 from indexers.settings import LLMConfig
-from retrieval.pipeline.keyword import extract_keywords, local_keywords, parse_keyword_reply
+from retrieval.pipeline.keyword import extract_keywords, local_keywords, local_plan, parse_keyword_reply
 from retrieval.llm import OpenAIChat, make_llm
 
 
@@ -16,8 +18,44 @@ def test_local_extractor_drops_meta_words(request_text, expected):
     assert local_keywords(request_text) == expected
 
 
-def test_local_extractor_never_returns_nothing():
-    assert local_keywords("履歴を要約して") == ("履歴を要約して",)
+def test_a_request_of_meta_words_alone_has_no_keyword():
+    # it was the whole request: the meta-phrase README says is never searched
+    assert local_keywords("履歴を要約して") == ()
+
+
+ANCHOR = datetime(2024, 8, 10, 12, tzinfo=timezone(timedelta(hours=9)))
+
+
+@pytest.mark.parametrize("request_text", [
+    "8月6日の23時台に話した内容をまとめてください。",  # gave the keyword 「の に話した内容をまとめてください。」
+    "4月15日の9時台に話した内容を教えて。",
+    "2024年4月29日に話したことをまとめて。",
+    "先週の火曜日に何を話しましたか？",  # gave 「?」
+    "What did we talk about on April 15, 2024 at 9 am?",
+    "Summarize what we discussed on May 22, 2024.",
+    "8月6日の23時台に話した内容を箇条書きで",
+])
+def test_a_request_that_names_only_a_time_has_no_keyword(request_text):
+    plan = local_plan(request_text, ANCHOR)
+    assert plan.time_range is not None
+    assert plan.keywords == () and plan.terms == [] and plan.query == ""
+
+
+@pytest.mark.parametrize("request_text,expected", [
+    ("Reply with just OK", ()),
+    ("One word", ()),
+    ("Short answer", ()),
+    ("ラーメンの話を一言で", ("ラーメン",)),
+    ("ラーメンについて箇条書きでまとめて", ("ラーメン",)),
+    ("映画の話を3行でまとめて", ("映画",)),
+    ("What did we decide about the Hong Kong server? Short answer.", ("Hong", "Kong", "server")),
+    ("Which city did we pick for the offsite? One word.", ("city", "pick", "offsite")),
+    ("Summarize the ramen talk in 3 bullet points.", ("ramen",)),
+])
+def test_instructions_about_the_answer_are_no_keywords(request_text, expected):
+    plan = local_plan(request_text, None)
+    assert plan.keywords == expected
+    assert not {"一言", "箇条", "reply", "ok", "word", "short", "answer", "bullet", "point"} & set(plan.terms)
 
 
 @pytest.mark.parametrize("reply,expected", [

@@ -91,6 +91,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else render.ask_text(data))
     finally:
         owner.close()
+    _warn_if_starved([result])
     if result.answer_error is not None:  # after the prompt: what was built is not lost with the answer
         raise BackendError(f"no answer: {result.answer_error} (the prompt above is complete; a slow model "
                            f"needs a longer --llm-timeout, now {settings.llm_timeout:g} s)")
@@ -101,6 +102,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     wanted = args.strategy or list(STRATEGIES)
     results, owner = _results(args, settings, wanted)
     owner.close()
+    _warn_if_starved(results)
     if not results:
         raise ConfigError(f"{', '.join(wanted)} need an LLM to summarize: set OPENAI_BASE_URL/OPENAI_API_KEY and "
                           "SEMHIST_LLM_MODEL, or run semhist llm-server")
@@ -119,6 +121,14 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         print(f"skipped: {', '.join(skipped)} (they need an LLM to summarize; set OPENAI_BASE_URL "
               "or run semhist llm-server)")
     return 0
+
+
+def _warn_if_starved(results) -> None:
+    """On stderr too (stdout may be read by a program): the budget left out the last exchanges."""
+    for r in results:
+        if r.prompt.dropped_recent:
+            said = next((n for n in r.prompt.notes if n.startswith("dropped")), "")
+            log.warning("%s: %s", r.strategy, said)
 
 
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:

@@ -36,10 +36,11 @@ from ..llm import LLMClient, make_llm
 from ..memory import Memory, check_llm, memory_needs
 from ..pipeline import AskResult, Asker, get_strategy
 from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
+from ..pipeline.assemble import floor_cost
 from .maintenance import Maintenance
 from .states import Entry, ThreadStates
 from .turns import turn_record
-from .views import candidate_view
+from .views import Reach, candidate_view, end_view, reach_for
 
 log = logging.getLogger("semhist.history")
 
@@ -288,18 +289,21 @@ class History(Maintenance):
         out = []
         for name in names:
             began = time.perf_counter()
+            reach = None if get_strategy(name).uses_search else reach_for(asker, name, budget, request, marker)
             with entry.lock:
-                index = self._searched(entry, marker, vector, keywords)
+                index = self._searched(entry, marker, vector, keywords, reach)
                 viewed = time.perf_counter()
+                applied, raised = _floored(asker, index, request, budget, as_stored)
                 needs = memory_needs(name, self.settings)
-                plan = memory_.plan(index, needs, request, asker.limit(index, request, name, budget)) \
+                plan = memory_.plan(index, needs, request, asker.limit(index, request, name, applied)) \
                     if needs else None
             memory = memory_.run(plan) if plan else None  # LLM calls: the thread stays open to writes
             with entry.lock:
                 if memory is not None and index.whole:
-                    index = self._searched(entry, self.store.marker(thread_id) or marker, vector, keywords)
-                result = asker.ask(index, request, strategy=name, budget=budget, keywords=keywords,
+                    index = self._searched(entry, self.store.marker(thread_id) or marker, vector, keywords, reach)
+                result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
                                    vector=vector, memory=memory, as_stored=as_stored)
+            result = _noted(result, index, budget, raised, marker)
             if answer:
                 result = asker.answer(result)
             if log_turn:
@@ -309,13 +313,16 @@ class History(Maintenance):
             out.append(result)
         return out
 
-    def _searched(self, entry: Entry, marker: Marker, vector, keywords) -> ThreadIndex:
-        """What this request searches: the whole thread, or a long thread's candidate view."""
+    def _searched(self, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None) -> ThreadIndex:
+        """What this request reads: the whole thread, or of a long thread a candidate view
+        (searching strategies) or its end as far back as `reach` (the others)."""
         self.states.current(entry, marker)
         if entry.index is not None:
             return entry.index
+        if reach is not None:
+            return end_view(self.store, entry.thread_id, marker, reach)
         return candidate_view(self.store, entry.vectors, entry.closed, marker, vector, keywords, self.embedder.dim,
-                              self.segmenter)
+                              self.segmenter, recent=self.settings.recent + 1)
 
     def _anchor(self, entry: Entry, marker: Marker):
         """The time of the thread's last message: relative dates ("last week") count from it."""
@@ -341,3 +348,30 @@ class History(Maintenance):
         if "store" in self.__dict__ and self._store is None:
             self.store.close()
 
+
+# -- budgets and what a long thread's view left out ------------------------------------------
+def _floored(asker: Asker, index: ThreadIndex, request: str, budget: Budget | None,
+             as_stored: str | None) -> tuple[Budget | None, bool]:
+    """The budget applied, and whether a share was raised to its floor (`floor_cost`): a share
+    of a young thread is too small for the conversation it must carry on."""
+    if budget is None or not budget.relative:
+        return budget, False
+    s = asker.settings
+    full = asker.full_tokens(index, request)
+    floor = floor_cost(index.thread, index.turn_units, request, s.system_prompt, asker.closing, as_stored)
+    tokens = budget.tokens(full, floor)
+    return Budget(float(tokens), False), tokens > budget.tokens(full)
+
+
+def _noted(result: AskResult, index: ThreadIndex, budget: Budget | None, raised: bool, marker: Marker) -> AskResult:
+    """The result with notes on what the budget or a long thread's view changed."""
+    notes = []
+    if raised:
+        notes.append(f"the {budget} budget was raised to {result.budget_tokens} tokens: what the system prompt, "
+                     "the request and the last two exchanges need")
+    if result.strategy == "full" and not index.whole and result.budget_tokens is None:
+        notes.append(f"the thread has {marker.messages:,} messages, more than view_limit: every one was read "
+                     "from the store for `full`")
+    if not notes:
+        return result
+    return replace(result, prompt=replace(result.prompt, notes=(*notes, *result.prompt.notes)))

@@ -1,24 +1,41 @@
-"""The candidate view of a thread longer than `view_limit`: what one request searches.
+"""What one request reads of a thread longer than `view_limit`.
 
-The blocks of the nearest messages in the thread's FAISS index (HNSW when large), the blocks
-whose rarest matching terms score best in the store's full-text index (the same
-janome/Snowball terms the ranker uses), the messages of a time the request names, the recent
-turns, the open block and every operator instruction. Retrieval then runs on that view
-exactly as on a whole thread, so a request costs the same at 1M messages as at 10k.
+A searching strategy reads a candidate view: the blocks of the nearest messages in the
+thread's FAISS index (HNSW when large), the blocks whose rarest matching terms score best in
+the store's full-text index (the same janome/Snowball terms the ranker uses), the messages of
+a time the request names, the recent turns, the open block and every operator instruction.
+Retrieval then runs on that view exactly as on a whole thread, so a request costs the same at
+1M messages as at 10k.
+
+A strategy that does not search (full, window, token-budget, summary, structured) sends the
+thread's end: it reads the newest messages, paged from the store, as far back as what it can
+send reaches (a budget's tokens, the window's messages), so it sends what it would send from
+the whole thread. `full` without a budget reads every message, up to `MAX_PAGED_TOKENS`; past
+that it is refused (no model reads the whole thread at once): give a budget.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
+from indexers.errors import TooLongError
 from indexers.index.thread_index import ThreadIndex
+from indexers.model import Thread
 from indexers.index.vectors import ThreadVectors
-from indexers.segment import Segmenter
+from indexers.segment import Segmenter, TimeGapSegmenter
+from indexers.settings import Budget
 from indexers.store import Marker, SQLStore, StoredMessage
+from indexers.tokens import count_message
 
+from ..pipeline.asker import BUDGETED, Asker
+from ..pipeline.assemble import fixed_cost
 from ..pipeline.keyword import KeywordResult
+from ..pipeline.select import PROTECTED_UNITS
+from ..pipeline.toolresults import placeholder
+from .timeview import conversation_blocks
 
 CANDIDATE_HITS = 32  # nearest messages whose blocks enter the view
 DENSE_BLOCKS = 16  # at most this many of their blocks (a budget holds far fewer)
@@ -61,18 +78,22 @@ class ClosedMessages:
 
 def candidate_view(store: SQLStore, vectors: ThreadVectors, cache: ClosedMessages, marker: Marker,
                    query: np.ndarray | None, keywords: KeywordResult | None, dim: int,
-                   segmenter: Segmenter) -> ThreadIndex:
+                   segmenter: Segmenter, recent: int = RECENT_VIEW) -> ThreadIndex:
+    """`recent`: the newest messages wanted whole (at least `RECENT_VIEW`)."""
     thread_id = vectors.thread_id
     chosen = _dense_blocks(store, vectors, query) if query is not None else []
     if keywords is not None:
         chosen += [no for no, _ in store.search_blocks(thread_id, keywords.terms, LEXICAL_BLOCKS) if no not in chosen]
-    blocks = store.blocks(thread_id, sorted(chosen))
     fresh = store.tail(thread_id, with_vectors=False) + store.system_messages(thread_id)
     if keywords is not None and keywords.time_range is not None:
         span = keywords.time_range
-        fresh += store.in_time(thread_id, span.start.timestamp(), span.end.timestamp(), TIME_MESSAGES)
+        timed = store.in_time(thread_id, span.start.timestamp(), span.end.timestamp(), TIME_MESSAGES)
+        fresh += timed  # and its conversations whole, to their end, with the ones around them
+        gap = getattr(segmenter, "gap_seconds", None)
+        chosen += [no for no in conversation_blocks(store, thread_id, span, timed, gap) if no not in chosen]
+    blocks = store.blocks(thread_id, sorted(chosen))
     known = {m.id for m in fresh}
-    wanted = ({i for b in blocks for i in b.message_ids} | set(store.last_ids(thread_id, RECENT_VIEW))) - known
+    wanted = ({i for b in blocks for i in b.message_ids} | set(store.last_ids(thread_id, max(RECENT_VIEW, recent)))) - known
     stored = sorted({m.id: m for m in fresh + cache.get(store, thread_id, wanted, marker)}.values(),
                     key=lambda m: m.key)
     index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
@@ -98,3 +119,94 @@ def _vectors(store: SQLStore, vectors: ThreadVectors, stored: list[StoredMessage
         found.update({m.id: m.vector for m in store.messages(vectors.thread_id, ids=missing, with_vectors=True)
                       if m.vector is not None})
     return found
+
+
+# -- the thread's end, for the strategies that do not search ---------------------------------
+PAGE = 256  # newest messages read first; each further read takes four times as many
+# The largest context windows offered (1M tokens): a thread's end read for one prompt past
+# this could never be sent, and reading it would cost more than any ask may.
+MAX_PAGED_TOKENS = 1_000_000
+# The least a tool result can cost in a prompt: a budget may show it as its placeholder.
+LEAST_RESULT = count_message({"role": "tool", "content": placeholder("", "", 0)})
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How much of its end a strategy that does not search can send: more than `messages`
+    non-system messages, and messages costing at least `tokens` (None: all of them) plus
+    `share` of the operator instructions (a share of the thread counts them too). The current
+    turn and the last two exchanges are always read whole."""
+
+    messages: int = 0
+    tokens: int | None = 0
+    share: float = 0.0
+
+
+def reach_for(asker: Asker, name: str, budget: Budget | None, request: str, marker: Marker) -> Reach:
+    """How far back a strategy that does not search sends a thread's end (read only of a
+    thread past `view_limit`): the window's messages, the budget's tokens, or all of it."""
+    s = asker.settings
+    share = budget.value if budget is not None and budget.relative else 0.0
+    if name == "window":
+        return Reach(messages=s.window)
+    if budget is not None:  # the thread's instructions are added by the view, which reads them
+        tokens: int | None = budget.tokens(marker.tokens + fixed_cost(Thread("", ()), request, s.system_prompt,
+                                                                     asker.closing))
+    else:
+        tokens = s.history_budget if name in BUDGETED else None
+    return Reach(messages=s.recent + 1 if name in BUDGETED else 0, tokens=tokens, share=share)
+
+
+def end_view(store: SQLStore, thread_id: str, marker: Marker, reach: Reach) -> ThreadIndex:
+    """The newest messages of a thread past `view_limit`, as far back as `reach`, and every
+    operator instruction: built like a candidate view, never searched."""
+    wanted = marker.tokens if reach.tokens is None else min(reach.tokens, marker.tokens)
+    if wanted > MAX_PAGED_TOKENS:
+        what = "every message" if reach.tokens is None else f"{reach.tokens:,} tokens of messages"
+        raise TooLongError(f"thread {thread_id} has {marker.messages:,} messages ({marker.tokens:,} tokens): "
+                           f"sending {what} is more than one prompt can hold ({MAX_PAGED_TOKENS:,} tokens "
+                           "are read at most); give a smaller budget (e.g. --budget 100000) or a strategy that "
+                           "searches (blocks)")
+    system = store.system_messages(thread_id)
+    if reach.tokens is None:
+        stored = store.messages(thread_id)
+    else:
+        n = PAGE
+        while True:
+            stored = store.messages(thread_id, last=n)
+            if len(stored) < n or _reaches(stored, system, reach):
+                break
+            n *= 4
+    held = {m.id for m in stored}
+    stored = sorted(stored + [m for m in system if m.id not in held], key=lambda m: m.key)
+    closed = sorted({m.block_no for m in stored if m.block_no is not None and m.block_no >= 0})
+    # no vectors (one zero dimension): nothing searches this view
+    index = ThreadIndex.build(thread_id, stored, store.blocks(thread_id, closed) if closed else (), 1,
+                              _UNSEARCHED, marker=marker, whole=False)
+    index.history_tokens = marker.tokens  # budgets price the whole thread
+    return index
+
+
+def _reaches(stored: list[StoredMessage], system: list[StoredMessage], reach: Reach) -> bool:
+    """Whether the newest messages read hold what the strategy can send: its oldest turn may
+    be cut, so one message more than it counts, and tokens priced at their least (a tool
+    result as its placeholder, the request sent in place of its stored copy)."""
+    turns = [m for m in stored if m.role != "system"]
+    users = [k for k, m in enumerate(turns) if m.role == "user"]
+    least = sum(min(m.tokens, LEAST_RESULT) if m.role == "tool" else m.tokens for m in turns) - (
+        turns[users[-1]].tokens if users else 0)
+    if least >= MAX_PAGED_TOKENS:  # more than any prompt holds: nothing older could be sent
+        return True
+    if len(users) <= PROTECTED_UNITS or len(turns) <= reach.messages:
+        return False
+    return least >= (reach.tokens or 0) + reach.share * sum(m.tokens for m in system)
+
+
+class _Unsearched:
+    """The segmenter of an end view: its open tail by time alone (it has no vectors)."""
+
+    def segment(self, messages, vectors=None, history=()):
+        return TimeGapSegmenter().segment(messages, None)
+
+
+_UNSEARCHED = _Unsearched()

@@ -3,6 +3,7 @@ converted to these and back, so storing, reading and prompting are written once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
@@ -15,6 +16,7 @@ from indexers.store import StoredMessage
 
 from ..history import History
 from ..history.facade import MAX_KEY
+from ..pipeline import AskResult
 from ..pipeline.assemble import end_with_turn
 
 # Messages handed out carry this prefix and their store id. Handed back (a graph state seeded
@@ -75,19 +77,30 @@ def own_id(message: Mapping[str, Any]) -> int | None:
 
 
 def prompt(history: History, thread_id: str, request: str, *, turn: Sequence[Mapping[str, Any]] = (),
-           strategy: str = "blocks", budget: BudgetLike = None, system_prompt: str | None = None) -> list[dict[str, Any]]:
+           strategy: str = "blocks", budget: BudgetLike = None, system_prompt: str | None = None,
+           log: logging.Logger | None = None) -> list[dict[str, Any]]:
     """semhist's prompt for `request`. `turn`: when tool calls or results follow the stored
-    request, the request's message and everything after it; it ends the prompt whole."""
+    request, the request's message and everything after it; it ends the prompt whole. `log`:
+    the adapter's logger, told when the budget left out the last exchanges."""
     if not history.store.count(thread_id):
         return bare(history, request, system_prompt)
     result = history.ask(thread_id, request, strategy=strategy, budget=as_budget(budget),
                          system_prompt=system_prompt)
+    warn_if_starved(log or logging.getLogger("semhist"), thread_id, result)
     messages = list(result.prompt.messages)
     if turn:
         # semhist appends the request after the tool results, and a tight budget may drop the
         # exchange; a model that does not see its own tool results calls the tools again.
         messages = end_with_turn(messages, [prompt_form(m) for m in turn])
     return messages
+
+
+def warn_if_starved(log: logging.Logger, thread_id: str, result: AskResult) -> None:
+    """A warning when the budget left out some of the last exchanges: the model will not see
+    what was just said, and a framework shows nothing else of the prompt's notes."""
+    if result.prompt.dropped_recent:
+        said = next((n for n in result.prompt.notes if n.startswith("dropped")), "the last exchanges were dropped")
+        log.warning("semhist thread %s: %s; give a larger budget", thread_id, said)
 
 
 def prompt_form(message: Mapping[str, Any]) -> dict[str, Any]:

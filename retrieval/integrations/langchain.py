@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,10 @@ from indexers.model import content_text
 from ..history import History
 from . import _shared
 from ._shared import BudgetLike
+
+# Where a prompt that left out the last exchanges is reported (LangChain and LangGraph log
+# through Python's logging; with none configured, warnings reach stderr).
+log = logging.getLogger("semhist.langchain")
 
 __all__ = ["SemhistChatMessageHistory", "from_openai", "history_factory", "post_model_hook", "pre_model_hook",
            "semhist_prompt", "to_openai"]
@@ -77,7 +82,7 @@ def semhist_prompt(history: History, thread_id: str, request: str, *, strategy: 
                    budget: BudgetLike = None, system_prompt: str | None = None) -> list[BaseMessage]:
     """semhist's prompt for `request` over the stored thread, ending with the request."""
     return from_openai(_shared.prompt(history, thread_id, request, strategy=strategy, budget=budget,
-                                      system_prompt=system_prompt))
+                                      system_prompt=system_prompt, log=log))
 
 
 PreModelHook = Callable[[Any, RunnableConfig], dict[str, list[BaseMessage]]]
@@ -94,7 +99,7 @@ def pre_model_hook(history: History, *, thread_id_key: str = "thread_id", strate
         thread_id, dicts = _store_state(history, state, config, thread_id_key)
         request, turn = _request(dicts)
         prompt = _shared.prompt(history, thread_id, request, turn=turn, strategy=strategy,
-                                budget=budget, system_prompt=system_prompt)
+                                budget=budget, system_prompt=system_prompt, log=log)
         return {"llm_input_messages": from_openai(prompt)}
 
     return semhist_pre_model_hook

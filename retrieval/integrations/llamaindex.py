@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,6 +35,10 @@ from indexers.model import content_text
 from ..history import History
 from ..pipeline.assemble import said
 from . import _shared
+
+# Where a prompt that left out the last exchanges is reported (LlamaIndex logs through
+# Python's logging; with none configured, warnings reach stderr).
+log = logging.getLogger("semhist.llamaindex")
 
 __all__ = ["SemhistMemory", "SemhistMemoryBlock", "from_openai", "to_openai"]
 
@@ -97,7 +102,7 @@ class SemhistMemory(BaseMemory):
         if request is None:
             return from_openai(_shared.stored(self.history, self.thread_id, self.recent))
         prompt = _shared.prompt(self.history, self.thread_id, request, turn=turn if stored_text == request else (),
-                                strategy=self.strategy, budget=self.budget, system_prompt=self.system_prompt)
+                                strategy=self.strategy, budget=self.budget, system_prompt=self.system_prompt, log=log)
         return from_openai(prompt)
 
     def get_all(self) -> list[ChatMessage]:
@@ -159,7 +164,7 @@ class SemhistMemoryBlock(BaseMemoryBlock[list[ChatMessage]]):
         # No system prompt (the chat engine has its own), and not the request: it is the
         # Memory's own newest message.
         prompt = _shared.prompt(self.history, thread_id, request, strategy=self.strategy, budget=self.budget,
-                                system_prompt="")
+                                system_prompt="", log=log)
         return from_openai(prompt[:-1])
 
     async def _aput(self, messages: list[ChatMessage]) -> None:

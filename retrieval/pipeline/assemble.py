@@ -15,7 +15,8 @@ from typing import Any
 from indexers.model import Thread, content_text
 from indexers.tokens import REPLY_PRIMING, count_message, count_messages
 
-from .select import PROTECTED_UNITS, Retrieved, Selection, context_line
+from .select import (PROTECTED_UNITS, Retrieved, Selection, clearable_results, context_line, protected_count,
+                     unit_cost, with_cleared)
 
 CONTEXT_HEADER = (
     "Earlier messages of this conversation relevant to the next request, retrieved in "
@@ -29,6 +30,9 @@ class Prompt:
     tokens: int
     selection: Selection
     notes: tuple[str, ...] = ()
+    # of the last two exchanges (and the current turn), how many the budget dropped: whoever
+    # asked must be told (the adapters warn, the service and the CLI show the notes)
+    dropped_recent: int = 0
 
 
 def _header(start: datetime | None, previous: datetime | None) -> str:
@@ -275,55 +279,123 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
         system_prompt: str | None = None, context_role: str = "system", alternate: bool = False,
         as_stored: str | None = None, closing: str | None = None) -> Prompt:
     """Assemble within `budget` tokens (None = no budget), giving things up in this order:
-    the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges, the
-    summary, the oldest kept user statements, and only then the last exchanges. The system
-    prompt(s) and the request are never dropped."""
-    fixed = fixed_cost(thread, request, system_prompt, closing)
-    retrieved, history = list(selection.retrieved), list(selection.history)
-    notes_kept, summary = list(selection.notes), selection.summary
-    quoted = list(selection.quoted) or [None] * len(notes_kept)
-    unit_cost = [sum(count_message(thread.messages[p].to_openai()) for p in u) for u in history]
-
-    def context_cost() -> int:
-        if not retrieved:
-            return 0
-        return count_message({"role": context_role, "content": render_context(thread, tuple(retrieved))})
-
-    def memory_cost() -> int:
-        text = render_memory(Selection(summary=summary, notes=tuple(notes_kept)))
-        return count_message({"role": context_role, "content": text}) if text else 0
-
-    ctx, mem, hist = context_cost(), memory_cost(), sum(unit_cost)
-    over = lambda: budget is not None and fixed + mem + ctx + hist > budget  # noqa: E731
+    the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges (and
+    the current turn, when it is stored), the summary, the oldest kept user statements, and
+    only then the last exchanges. A turn's tool results are cleared to their placeholders
+    before the turn itself goes: the answer is worth more than what it read (the current
+    turn's results never are: the answer under way needs them). The system prompt(s) and the
+    request are never dropped."""
+    parts = _Parts(thread, selection, request, budget, fixed_cost(thread, request, system_prompt, closing),
+                   context_role, as_stored)
     notes: list[str] = []
-    while over() and retrieved:
-        retrieved.pop()
-        ctx = context_cost()
-    while over() and len(history) > PROTECTED_UNITS:
-        history.pop(0)
-        hist -= unit_cost.pop(0)
-    if over() and summary is not None:  # the kept statements outrank the summary
+    while parts.over() and parts.retrieved:
+        parts.retrieved.pop()
+        parts.ctx = parts.context_cost()
+    while parts.over() and len(parts.history) > parts.keep:
+        parts.clear(0)
+        if parts.over():
+            parts.drop(0)
+    if parts.over() and parts.summary is not None:  # the kept statements outrank the summary
         notes.append("left out the summary for the budget")
-        summary = None
-        mem = memory_cost()
-    if over() and notes_kept:
+        parts.summary = None
+        parts.mem = parts.memory_cost()
+    if parts.over() and parts.notes_kept:
         notes.append("left out older user statements for the budget")
-        while over() and notes_kept:
-            notes_kept.pop(0)
-            quoted.pop(0)
-            mem = memory_cost()
-    if over() and history:
-        notes.append("dropped a recent exchange")
-        while over() and history:
-            history.pop(0)
-            hist -= unit_cost.pop(0)
-    if over():
-        notes.append(f"over budget: the system prompt and request alone take {fixed} tokens")
-    kept = replace(selection, retrieved=tuple(retrieved), history=tuple(history), summary=summary,
-                   notes=tuple(notes_kept), quoted=tuple(quoted))
-    messages, paired = build_messages(thread, kept, request, system_prompt=system_prompt,
+        while parts.over() and parts.notes_kept:
+            parts.notes_kept.pop(0)
+            parts.quoted.pop(0)
+            parts.mem = parts.memory_cost()
+    for i in range(len(parts.history)):  # the last exchanges: first what they read
+        if not parts.over():
+            break
+        parts.clear(i)
+    dropped = 0
+    while parts.over() and parts.history:
+        parts.drop(0)
+        dropped += 1
+    if dropped:
+        notes.append(f"dropped {dropped} of the last exchanges: the budget ({budget} tokens) is below what the "
+                     f"system prompt, the request and the last two exchanges need "
+                     f"({floor_cost(thread, selection.history, request, system_prompt, closing, as_stored)})")
+    if parts.over():
+        notes.append(f"over budget: the system prompt and request alone take {parts.fixed} tokens")
+    shown = parts.shown_cleared()
+    if shown:
+        notes.append(f"cleared {len(shown)} tool result(s) of the recent turns to their placeholders for the budget")
+    kept = replace(selection, retrieved=tuple(parts.retrieved), history=tuple(parts.history), summary=parts.summary,
+                   notes=tuple(parts.notes_kept), quoted=tuple(parts.quoted), cleared=shown)
+    messages, paired = build_messages(with_cleared(thread, shown), kept, request, system_prompt=system_prompt,
                                       context_role=context_role, alternate=alternate, as_stored=as_stored,
                                       closing=closing)
     notes += paired
-    tokens = fixed + mem + ctx + hist if not (alternate or paired) else count_messages(messages)
-    return Prompt(tuple(messages), tokens, kept, tuple(notes))
+    tokens = parts.total() if not (alternate or paired) else count_messages(messages)
+    return Prompt(tuple(messages), tokens, kept, tuple(notes), dropped)
+
+
+class _Parts:
+    """What `fit` may still give up, and what it costs."""
+
+    def __init__(self, thread: Thread, selection: Selection, request: str, budget: int | None, fixed: int,
+                 context_role: str, as_stored: str | None):
+        self.thread, self.request, self.budget, self.fixed, self.role = thread, request, budget, fixed, context_role
+        self.retrieved, self.history = list(selection.retrieved), list(selection.history)
+        self.notes_kept, self.summary = list(selection.notes), selection.summary
+        self.quoted = list(selection.quoted) or [None] * len(self.notes_kept)
+        self.keep = protected_count(thread.messages, self.history, request, as_stored)
+        self.has_current = self.keep > PROTECTED_UNITS  # the last turn is the request's own, until dropped
+        self.cleared = set(selection.cleared)
+        self.costs = [self._cost(i) for i in range(len(self.history))]
+        self.ctx, self.mem, self.hist = self.context_cost(), self.memory_cost(), sum(self.costs)
+
+    def context_cost(self) -> int:
+        if not self.retrieved:
+            return 0
+        return count_message({"role": self.role, "content": render_context(self.thread, tuple(self.retrieved))})
+
+    def memory_cost(self) -> int:
+        text = render_memory(Selection(summary=self.summary, notes=tuple(self.notes_kept)))
+        return count_message({"role": self.role, "content": text}) if text else 0
+
+    def _current(self, i: int) -> bool:
+        return self.has_current and i == len(self.history) - 1
+
+    def _cost(self, i: int) -> int:
+        return unit_cost(self.thread, self.history[i], self.cleared, self.request if self._current(i) else None)
+
+    def total(self) -> int:
+        return self.fixed + self.mem + self.ctx + self.hist
+
+    def over(self) -> bool:
+        return self.budget is not None and self.total() > self.budget
+
+    def clear(self, i: int) -> None:
+        """Show the tool results of turn `i` as their placeholders."""
+        found = [] if self._current(i) else clearable_results(self.thread.messages, self.history[i], self.cleared)
+        if found:
+            self.cleared.update(found)
+            cost = self._cost(i)
+            self.hist += cost - self.costs[i]
+            self.costs[i] = cost
+
+    def drop(self, i: int) -> None:
+        self.history.pop(i)
+        self.hist -= self.costs.pop(i)
+
+    def shown_cleared(self) -> tuple[int, ...]:
+        """The results this budget cleared, of the turns kept."""
+        return tuple(sorted(p for u in self.history for p in u if p in self.cleared))
+
+
+def floor_cost(thread: Thread, units: Sequence[tuple[int, ...]], request: str, system_prompt: str | None = None,
+               closing: str | None = None, as_stored: str | None = None) -> int:
+    """The least a prompt that keeps the conversation costs: the system prompt(s), the closing
+    reminder and the request, and the last two exchanges (and the current turn, when it is
+    stored) with the tool results they answered already as placeholders. A share of the
+    thread never buys less (`Budget.tokens`): without this floor, 25% of a new bot's four
+    turns was the request alone."""
+    keep = protected_count(thread.messages, units, request, as_stored)
+    last = list(units[-keep:]) if units else []
+    current = len(last) - 1 if keep > PROTECTED_UNITS else None
+    return fixed_cost(thread, request, system_prompt, closing) + sum(
+        unit_cost(thread, u, () if i == current else clearable_results(thread.messages, u),
+                  request if i == current else None) for i, u in enumerate(last))

@@ -35,6 +35,26 @@ _TOPIC_JA = re.compile(r"要約|まとめ|振り返|話題|話した|話して|�
 _TOPIC_ZH = re.compile(r"总结|概括|回顾|(聊|谈|说|讨论)(了|过)(什么|些什么|哪些)|关于.{1,20}?(聊|谈|说|讨论)")
 _TOPIC_KO = re.compile(r"요약|정리|(얘기|이야기|대화|말)(했|한|를 했|를 나눴)|에 대해.{0,10}(얘기|이야기|말|대화)")
 _TOPIC = {"ja": _TOPIC_JA, "zh": _TOPIC_ZH, "ko": _TOPIC_KO, "en": _TOPIC_EN}
+# Instructions about the answer's form, not its subject: 「一言で」, 「箇条書きで」, "Reply with just OK",
+# "One word", "Short answer". The local extractor kept 「一言」, 「箇条」, "Reply", "Short" as keywords.
+_ANSWER_FORM = re.compile(
+    r"(?:一言|ひとこと|一文|[一二三四五1-9１-９]\s*(?:行|文|語))\s*(?:で|に)|[0-9０-９]+\s*文字(?:以内|程度|くらい)?\s*で|"
+    r"箇条書き(?:で|に)?|(?:(?:簡潔|手短|簡単)に|短く)(?=\s*(?:まとめ|答え|教え|説明|言って|書い|お願い))|"
+    r"(?<![\u3400-\u9fff])表(?:形式)?で(?=\s*(?:まとめ|答え|教え|書い|示し|お願い))|"
+    r"(?:日本語|英語)で(?=\s*(?:答え|回答|返|書い|まとめ|教え))|(?:はい|イエス)か(?:いいえ|ノー)で|"
+    r"(?:OK|ok|オーケー)[」』]?と?だけ|"
+    r"\b(?:(?:reply|respond|answer|say)\s+(?:with\s+)?(?:just|only)|(?:just|only)\s+(?:reply|respond|answer|say)"
+    r"(?:\s+with)?)\s+(?:[\"'“][^\"'”]{1,20}[\"'”]|ok(?:ay)?\b|yes\b|no\b|done\b)|"
+    r"\b(?:in\s+)?(?:one|a\s+single|two|three|four|five|\d+)\s+(?:words?|sentences?|lines?|paragraphs?|"
+    r"bullet\s+points?|bullets?)\b|\b(?:short|brief|quick|one-word)\s+(?:answer|reply|response)\b|"
+    r"\b(?:keep\s+it|be)\s+(?:short|brief|concise)\b|\b(?:briefly|concisely)\b|\btl;?dr\b|"
+    r"\b(?:in|as)\s+(?:a\s+)?(?:bullet\s+points|bullets|bulleted\s+list|bullet\s+list|numbered\s+list)\b|"
+    r"\b(?:(?:answer|reply|respond)\s+(?:with\s+|in\s+)?(?:a\s+)?)?(?:just\s+)?yes\s+or\s+no\b|\bno\s+explanations?\b", re.I)
+
+
+def without_answer_form(text: str) -> str:
+    """The text without instructions about the answer's form (they name no topic)."""
+    return _ANSWER_FORM.sub(" ", text)
 
 
 @dataclass(frozen=True)
@@ -70,8 +90,13 @@ class KeywordResult:
 
     @cached_property
     def terms(self) -> list[str]:
-        """The lexical search terms (tokenized once: janome is the slow part of a request)."""
-        return tokenize(self.search_text or self.query)
+        """The lexical search terms (tokenized once: janome is the slow part of a request);
+        a question or exclamation mark is no term (janome calls a half-width 「?」 a noun)."""
+        return [t for t in tokenize(self.search_text or self.query) if not _MARKS.fullmatch(t)]
+
+
+_WORDLIKE = re.compile(r"\w")
+_MARKS = re.compile(r"[?!？！。、]+")
 
 
 def _is_meta(word: str) -> bool:
@@ -80,7 +105,10 @@ def _is_meta(word: str) -> bool:
 
 def local_keywords(request: str) -> tuple[str, ...]:
     """Keywords without an LLM: janome noun phrases for Japanese, the content runs of Chinese
-    and the word stems of Korean, content words for English (and Latin words in any)."""
+    and the word stems of Korean, content words for English (and Latin words in any).
+    A request made only of meta-words, time words and instructions about the answer has
+    none: 「の に話した内容をまとめてください。」 searched is the meta-phrase README says is not."""
+    request = without_answer_form(request)
     lang = language(request)
     latin = [w for w in _EN_WORD.findall(request) if w.lower() not in EN_STOP]
     if lang == "ja":
@@ -93,7 +121,7 @@ def local_keywords(request: str) -> tuple[str, ...]:
         words = korean_stems(request) + latin
     else:
         words = latin
-    return tuple(dict.fromkeys(words)) or (request.strip(),)
+    return tuple(dict.fromkeys(words))
 
 
 def _japanese_nouns(text: str) -> list[str]:
@@ -110,11 +138,13 @@ def _japanese_nouns(text: str) -> list[str]:
             current = []
     if current:
         phrases.append("".join(current))
-    return [p for p in phrases if not _is_meta(p)]
+    return [p for p in phrases if not _is_meta(p) and _WORDLIKE.search(p)]  # 「?」 alone is no phrase
 
 
 def has_content(word: str) -> bool:
-    """Does `word` name something (a noun phrase, a content word), not just ask?"""
+    """Does `word` name something (a noun phrase, a content word), not just ask or say how
+    to answer?"""
+    word = without_answer_form(word)
     lang = language(word)
     if lang == "ja":
         return bool(_japanese_nouns(word))
@@ -135,12 +165,19 @@ _LOCAL = (("keywords", "local"), ("intent", "local"), ("time", "local"))
 
 def local_plan(request: str, anchor: datetime | None) -> KeywordResult:
     time_range, rest = parse_time_range(request, anchor)
-    keywords = local_keywords(rest) if rest.strip() else (request.strip(),)
+    if (form := without_answer_form(rest)) != rest:
+        rest = re.sub(r"\s+", " ", form).strip()
+    keywords = local_keywords(rest)
     # English: the whole sentence embeds better than its keywords (LoCoMo: 0.55 vs 0.51 recall
     # by cosine alone); Japanese requests carry meta-phrases (前に…何と言っていたか) that dilute it.
     # Chinese and Korean keywords are character runs and stems, which embed worse than the
-    # sentence: they are embedded whole, as English is.
-    dense = "" if is_japanese(rest) or not rest.strip() else rest.strip()
+    # sentence: they are embedded whole, as English is. Without a keyword, a request that names
+    # a time has no topic to embed (「…の23時台に話した内容」: its time chooses); one that names
+    # none is embedded whole, for what the analysis missed (「ひさご」 read as a verb).
+    if not keywords:
+        dense = "" if time_range else rest.strip()
+    else:
+        dense = "" if is_japanese(rest) else rest.strip()
     origins = _LOCAL if time_range else _LOCAL[:2]
     return KeywordResult(keywords, "local", "", 0, 0.0, local_intent(request), time_range, rest, dense, origins)
 

@@ -7,12 +7,14 @@ separates a tool call from its result.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
-from indexers.model import Message, Thread, message_text
+from indexers.model import Message, Thread, content_text, message_text
 from indexers.store import NoteRecord, StoredMessage, SummaryRecord
-from indexers.tokens import count_text
+from indexers.tokens import count_message, count_text
+
+from .toolresults import call_name, placeholder
 
 PROTECTED_UNITS = 2  # the last two exchanges stay verbatim ("それ" needs them)
 RUN_OVERHEAD = 8  # tokens of a stretch's [date time] header line, on average
@@ -63,6 +65,7 @@ class Selection:
     summary: SummaryRecord | None = None  # rolling summary of what precedes `history`
     notes: tuple[NoteRecord, ...] = ()  # the structured list of user statements, always kept
     quoted: tuple[int | None, ...] = ()  # per note, the position of the message it quotes (None: not here)
+    cleared: tuple[int, ...] = ()  # tool results of the kept turns the budget shows as placeholders
 
     @property
     def history_ids(self) -> tuple[int, ...]:
@@ -126,6 +129,77 @@ def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], ma
     if kept and len(kept) < len(units) and messages[kept[0][0]].role != "user":
         kept = kept[1:]
     return tuple(kept)
+
+
+# -- the current turn and the last exchanges ------------------------------------------------
+def current_turn(messages: Sequence[Message], unit: tuple[int, ...], request: str,
+                 as_stored: str | None = None) -> bool:
+    """Whether `unit` is the request's own turn, stored before the ask (a bot stores the
+    user's message first; an agent in a tool loop has its calls and results after it). It is
+    no exchange yet: the last two exchanges are the ones before it."""
+    first = messages[unit[0]]
+    if first.role != "user" or content_text(first.to_openai().get("content")) not in (request, as_stored):
+        return False
+    return all(messages[p].role in ("tool", "system") or (messages[p].role == "assistant" and messages[p].tool_calls)
+               for p in unit[1:])
+
+
+def protected_count(messages: Sequence[Message], units: Sequence[tuple[int, ...]], request: str,
+                    as_stored: str | None = None) -> int:
+    """How many of the newest units a budget gives up last: the last two exchanges, and the
+    current turn when it is stored."""
+    return PROTECTED_UNITS + (1 if units and current_turn(messages, units[-1], request, as_stored) else 0)
+
+
+# -- tool results a budget clears ------------------------------------------------------------
+def clearable_results(messages: Sequence[Message], unit: tuple[int, ...], cleared: Collection[int] = ()) -> list[int]:
+    """The tool results of `unit` still shown whole: what a budget clears to their
+    placeholders before it drops the exchange (its answer is worth more than what it read).
+    Never called for the current turn: the answer under way needs its results."""
+    return [p for p in unit if messages[p].role == "tool" and messages[p].cleared is None and p not in cleared]
+
+
+def cleared_form(messages: Sequence[Message], pos: int) -> Message:
+    """The tool result at `pos` shown as its placeholder, named by the call it answers (in the
+    same turn, before it)."""
+    result = messages[pos]
+    name, arguments = "a tool", ""
+    for q in range(pos - 1, -1, -1):
+        call = next((c for c in messages[q].tool_calls or () if str(c.get("id")) == str(result.tool_call_id)), None)
+        if call is not None:
+            name, arguments = call_name(call)
+            break
+        if messages[q].role == "user":
+            break
+    return replace(result, cleared=placeholder(name, arguments, len(result.content)))
+
+
+def with_cleared(thread: Thread, positions: Collection[int]) -> Thread:
+    """The thread as the prompt shows it with the tool results at `positions` cleared."""
+    if not positions:
+        return thread
+    messages = list(thread.messages)
+    for p in positions:
+        messages[p] = cleared_form(messages, p)
+    return thread.with_messages(tuple(messages))
+
+
+def shown_cost(messages: Sequence[Message], positions: Iterable[int], cleared: Collection[int] = ()) -> int:
+    """The prompt cost of these messages, the ones in `cleared` as their placeholders."""
+    return sum(count_message((cleared_form(messages, p) if p in cleared else messages[p]).to_openai())
+               for p in positions)
+
+
+def unit_cost(thread: Thread, unit: tuple[int, ...], cleared: Collection[int] = (), request: str | None = None) -> int:
+    """A turn's prompt cost, the results in `cleared` as their placeholders. `request`: the
+    turn is the current one, stored; its first message is sent as the request, which
+    `fixed_cost` counts already."""
+    cost = shown_cost(thread.messages, unit, cleared)
+    if request is None:
+        return cost
+    stored = thread.messages[unit[0]].to_openai()
+    sent = {**stored, "content": request} if isinstance(stored.get("content"), str) else stored
+    return cost - count_message(stored) + count_message(sent) - count_message({"role": "user", "content": request})
 
 
 def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int | None, int | None]],

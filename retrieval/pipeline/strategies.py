@@ -9,21 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from itertools import chain
 from typing import Protocol
 
 import numpy as np
 
 from indexers.errors import ConfigError
 from indexers.index.thread_index import ThreadIndex
-from indexers.model import Block, Thread
+from indexers.model import Thread
 from indexers.settings import Settings
 from indexers.tokens import count_text
 
-from .assemble import CONTEXT_OVERHEAD, fixed_cost, history_cost, render_memory
+from .assemble import CONTEXT_OVERHEAD, fixed_cost, render_memory
 from .keyword import TOPIC, KeywordResult
+from .named_time import in_range
 from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
-from .select import PROTECTED_UNITS, MemoryResult, Retrieved, Selection, last_units, line_cost, pack
+from .select import (MemoryResult, Retrieved, Selection, clearable_results, last_units, line_cost, pack,
+                     protected_count, shown_cost)
 
 # (alternatives largest first, cosine shown to the user or None for a time match, block id,
 # the position the search hit or None); candidates are packed in list order, the rank order
@@ -53,7 +55,9 @@ class Strategy(Protocol):
 
 
 class Full:
-    """Every message (a budget then keeps the newest that fit)."""
+    """Every message (a budget then keeps the newest that fit). Of a thread past `view_limit`
+    the history reads every message from the store for it, or as many of the newest as the
+    budget can hold (retrieval/history/views.py `end_view`): never a search's candidates."""
 
     name, uses_search, memory = "full", False, frozenset()
 
@@ -104,31 +108,31 @@ class Blocks:
     def select(self, inp: StrategyInput) -> Selection:
         s, thread, index, plan = inp.settings, inp.thread, inp.index, inp.keywords
         recent = last_units(thread.messages, inp.units, s.recent)
+        cleared: tuple[int, ...] = ()
         if inp.budget_tokens is not None:
-            recent = _within_share(thread, recent, RECENT_SHARE * inp.budget_tokens)
+            recent, cleared = _within_share(thread, recent, RECENT_SHARE * inp.budget_tokens, inp.request)
         kept = frozenset(p for u in recent for p in u)
         dense = dense_rows(index, inp.query_vector)
         budget, max_groups = s.context_tokens, s.top_n
         if inp.budget_tokens is not None:
             room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt, inp.closing) \
-                - history_cost(thread, kept) - CONTEXT_OVERHEAD
+                - shown_cost(thread.messages, kept, cleared) - CONTEXT_OVERHEAD
             # a budget is always a cap; with fill_budget it is also the target
             budget, max_groups = (room, None) if s.fill_budget else (min(room, budget), max_groups)
-        candidates: list[Candidate] = []
-        if plan.time_range is not None:
-            candidates += _in_range(thread, index, plan, s.gap_seconds)
+        timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
         terms = searched_terms(index, plan.terms)
         if plan.intent == TOPIC:
-            candidates += _topic(index, dense, terms, s, relative=max_groups is not None)
+            searched: Iterable[Candidate] = _topic(index, dense, terms, s, relative=max_groups is not None)
         else:
-            candidates += _facts(index, dense, terms, s.hit_window)
+            searched = _facts(index, dense, terms, s.hit_window)
+        candidates = chain(timed, searched)
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
         retrieved = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups)
         if mem is None:
-            return Selection(tuple(retrieved), recent)
-        return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem))
+            return Selection(tuple(retrieved), recent, cleared=cleared)
+        return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem), cleared)
 
 
 # At a tight budget the recent turns beyond the protected last exchanges may take at most
@@ -136,12 +140,20 @@ class Blocks:
 RECENT_SHARE = 0.25
 
 
-def _within_share(thread: Thread, recent: tuple[tuple[int, ...], ...], limit: float) -> tuple[tuple[int, ...], ...]:
+def _within_share(thread: Thread, recent: tuple[tuple[int, ...], ...], limit: float,
+                  request: str) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """The newest of the `recent` units that cost at most `limit`, never fewer than the
-    protected last exchanges."""
-    while len(recent) > PROTECTED_UNITS and history_cost(thread, (p for u in recent for p in u)) > limit:
-        recent = recent[1:]
-    return recent
+    protected last exchanges (and the current turn), and the tool results shown as
+    placeholders: a turn's results are cleared before the turn is dropped."""
+    keep = protected_count(thread.messages, recent, request)
+    cleared: set[int] = set()
+    while len(recent) > keep and shown_cost(thread.messages, (p for u in recent for p in u), cleared) > limit:
+        found = clearable_results(thread.messages, recent[0], cleared)
+        if found:
+            cleared.update(found)
+        else:
+            recent = recent[1:]
+    return recent, tuple(sorted(p for u in recent for p in u if p in cleared))
 
 
 class Summary:
@@ -205,47 +217,10 @@ def _reply_end(index: ThreadIndex, row: int) -> int:
 
 
 def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_seconds: float) -> list[Candidate]:
-    """The conversations that started in the named time, to their end, before anything else.
-
-    "What did we say at 21:00" means the talk that began in that hour, not every message
-    stamped 21:xx: each block that starts in the range comes whole (or, when it does not fit,
-    its messages in the range), and of a block that began earlier, the topic sub-segments that
-    start in the range. Then, at a lower rank, the blocks that carry those on without a pause
-    (a conversation cut by the size limit, or by a topic shift inside it).
-    """
-    messages = thread.messages
-    when = plan.time_range.contains
-    # a day or an hour names the conversations wanted; a month or a year only narrows a search,
-    # and parts of its conversations would crowd out what the search finds
-    one_day = plan.time_range.end - plan.time_range.start <= timedelta(days=1)
-    first: list[Candidate] = []
-    after: list[Candidate] = []
-    previous: Block | None = None  # the block before, when it was taken or carried on
-    for block in index.blocks:
-        ids = block.message_ids
-        start = next((messages[p].timestamp for p in ids if messages[p].timestamp), None)
-        later_parts = tuple(p for k in block.parts if k and when(messages[ids[k]].timestamp)
-                            for p in block.part_of(k))
-        taken = ids if when(start) else later_parts
-        if taken:
-            inside = tuple(p for p in taken if when(messages[p].timestamp))
-            first.append(((taken, inside, *(_beginnings(inside) if one_day else ())), None, block.id, None))
-        elif previous is not None and _no_pause(messages, previous, block, gap_seconds):
-            after.append(((ids, block.part_of(0)), None, block.id, None))
-        previous = block if taken or (after and after[-1][2] == block.id) else None
-    return first + after
-
-
-def _beginnings(ids: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Shorter and shorter starts of a conversation, for a budget that cannot hold all of it:
-    its beginning says what it was about."""
-    step = max(1, len(ids) // 16)  # at most 16 alternatives: each is priced when packed
-    return [ids[:n] for n in range(len(ids) - step, 1, -step)]
-
-
-def _no_pause(messages, before: Block, block: Block, gap_seconds: float) -> bool:
-    end, start = messages[before.last].timestamp, messages[block.first].timestamp
-    return end is not None and start is not None and (start - end).total_seconds() <= gap_seconds
+    """The conversations that started in the named time, to their end, before anything else
+    (named_time.in_range); for a request that names nothing but the time, then the
+    conversations around it: a search for no topic would find unrelated talk."""
+    return in_range(thread.messages, index.blocks, plan.time_range, gap_seconds, around=not plan.keywords)
 
 
 def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
@@ -305,12 +280,19 @@ def _stretches(index: ThreadIndex, b: int, row: int) -> list[tuple[int, ...]]:
 
 
 def _facts(index: ThreadIndex, dense: np.ndarray, terms: list[str], width: int,
-           limit: int = 400) -> list[Candidate]:
+           limit: int = 400) -> Iterator[Candidate]:
     """Windows around the best messages by fused dense + BM25 rank."""
     fused = fused_rows(index, dense, terms)
     rows = np.argsort(-fused, kind="stable")[:limit]
-    return [((_window(index, int(r), width), tuple(index.rows[r:_reply_end(index, int(r))]), (index.rows[r],)),
-             float(dense[r]), int(index.row_block[r]), index.rows[r]) for r in rows]
+    # made as the packer reads them: a budget stops it after a few dozen of the 400
+    return ((_fact(index, int(r), width), float(dense[r]), int(index.row_block[r]), index.rows[r]) for r in rows)
+
+
+def _fact(index: ThreadIndex, row: int, width: int) -> Iterator[tuple[int, ...]]:
+    """A hit's window, then the hit and its reply, then the hit alone."""
+    yield _window(index, row, width)
+    yield tuple(index.rows[row:_reply_end(index, row)])
+    yield (index.rows[row],)
 
 
 STRATEGIES: dict[str, Callable[[], Strategy]] = {

@@ -50,6 +50,7 @@ class Turn:
     added: int  # messages of the request stored now
     prompt_tokens: int
     full_tokens: int
+    notes: tuple[str, ...] = ()  # what the prompt left out and why (the X-Semhist-Notes header)
 
 
 def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
@@ -91,7 +92,17 @@ def prepare(history: History, settings: Settings, thread_id: str, body: dict[str
     out = {k: v for k, v in body.items() if k != "messages"}
     out["messages"] = prompt
     out["model"] = body.get("model") or model
-    return Turn(thread_id, out, added, count_messages(prompt), result.full_tokens)
+    return Turn(thread_id, out, added, count_messages(prompt), result.full_tokens, result.prompt.notes)
+
+
+def notes_header(notes: Sequence[str]) -> dict[str, str]:
+    """The prompt's notes as the X-Semhist-Notes response header (none when there are none):
+    the answer is the upstream's, so a header is where a proxied client hears that the budget
+    left out the last exchanges. One line of ASCII: a note may quote an error's text."""
+    if not notes:
+        return {}
+    text = "; ".join(" ".join(n.split()) for n in notes)
+    return {"X-Semhist-Notes": text.encode("ascii", "backslashreplace").decode("ascii")[:2000]}
 
 
 _locks: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()

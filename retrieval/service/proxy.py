@@ -78,7 +78,7 @@ def chat_api(settings: Settings) -> APIRouter:
         metrics().prompt_tokens.inc(turn.prompt_tokens)
         metrics().full_tokens.inc(turn.full_tokens)
         ours = {"X-Semhist-Thread": thread, "X-Semhist-Prompt-Tokens": str(turn.prompt_tokens),
-                "X-Semhist-Stored": str(turn.added)}
+                "X-Semhist-Stored": str(turn.added), **chat.notes_header(turn.notes)}
         forward = Forward(request, upstream, turn, ours, _upstream_headers(request, upstream, settings))
         return await (forward.stream() if turn.body.get("stream") else forward.whole())
 

@@ -1,0 +1,109 @@
+"""A request that names a time takes the conversations that started in it to their end: a
+conversation ends at a pause (the segmentation gap), not where a block was cut for its size;
+with room left, the conversations around the time come before unrelated talk."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from indexers.loader import loads
+from indexers.model import Thread
+from indexers.settings import Budget, Settings
+
+SUBJECTS = ["ラーメン", "温泉", "Python", "映画", "天気", "引っ越し", "サッカー", "料理"]
+FILLER = "について、詳しく順番に説明してもらえると本当に助かりますので、どうぞよろしくお願いします。"
+
+
+def _rows(start: str, subject: str, length: int, spacing: int = 20, long: bool = False) -> list[dict]:
+    t0 = datetime.fromisoformat(start)
+    return [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"{subject}の話、その{i + 1}" + (FILLER if long else "。"),
+             "timestamp": (t0 + timedelta(seconds=spacing * i)).isoformat()} for i in range(length)]
+
+
+def _thread(*parts: list[dict]) -> Thread:
+    return loads(json.dumps([r for part in parts for r in part], ensure_ascii=False)).only()
+
+
+def _others(days: int = 12, month: str = "2025-08") -> list[list[dict]]:
+    """Talk on other days, a conversation a day at 09:00."""
+    return [_rows(f"{month}-{d:02d}T09:00:00+09:00", SUBJECTS[d % len(SUBJECTS)], 6) for d in range(1, days + 1)]
+
+
+def _evening(day: str) -> list[list[dict]]:
+    """20:00 (映画), 21:40 (ラーメン, 80 long messages 20 s apart: past 22:00 and cut by size into
+    several blocks), 22:40 (温泉)."""
+    return [_rows(f"{day}T20:00:00+09:00", "映画", 6), _rows(f"{day}T21:40:00+09:00", "ラーメン", 80, long=True),
+            _rows(f"{day}T22:40:00+09:00", "温泉", 6)]
+
+
+@pytest.fixture(scope="module")
+def hour_thread():
+    """An evening (`_evening`), then twelve other days."""
+    return _thread(*_evening("2025-07-20"), *_others())
+
+
+TARGET = range(6, 86)  # the ラーメン conversation
+
+
+def _groups(result) -> list[set[int]]:
+    return [set(r.message_ids) for r in result.prompt.selection.retrieved]
+
+
+def test_a_conversation_cut_by_size_goes_on_to_the_pause(engine, hour_thread):
+    index = engine.index(hour_thread)
+    cut = [b for b in index.blocks if set(b.message_ids) <= set(TARGET)]
+    assert len(cut) >= 3  # the 80 messages are several blocks: the test is about the size cuts
+    result = engine.ask(hour_thread, "7月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("6000"))
+    groups = _groups(result)
+    assert groups[0] == set(range(6, 66))  # 21:40 to 21:59:40, first
+    assert groups[1] == set(range(66, 86))  # then on past 22:00 across the size cuts, to the pause
+
+
+def test_too_big_a_conversation_comes_from_its_start(engine, hour_thread):
+    result = engine.ask(hour_thread, "7月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("2000"))
+    first = sorted(result.prompt.selection.retrieved[0].message_ids)
+    assert first == list(range(6, 6 + len(first))) and 10 < len(first) < 60  # its start, as much as fits
+
+
+def test_room_left_goes_to_the_conversations_around_the_time(engine):
+    thread = _thread(_rows("2025-07-20T20:00:00+09:00", "映画", 6), _rows("2025-07-20T21:10:00+09:00", "ラーメン", 6),
+                     _rows("2025-07-20T22:30:00+09:00", "温泉", 6), *_others(16))
+    result = engine.ask(thread, "7月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("40%"))
+    groups = _groups(result)
+    assert groups[0] == set(range(6, 12))  # the hour's own
+    assert groups[1] == set(range(0, 6)) and groups[2] == set(range(12, 18))  # just before, just after
+    # the same hour asked with a topic: its search comes next, not the conversations around
+    topic = engine.ask(thread, "7月20日の21時台のPythonの話をまとめてください。", budget=Budget.parse("40%"))
+    assert _groups(topic)[0] == set(range(6, 12)) and _groups(topic)[1] != set(range(0, 6))
+
+
+def test_nothing_said_in_the_named_hour_gives_the_talk_around_it(engine):
+    thread = _thread(_rows("2025-07-20T20:00:00+09:00", "映画", 6), _rows("2025-07-20T23:10:00+09:00", "温泉", 6),
+                     *_others(16))
+    result = engine.ask(thread, "7月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("40%"))
+    assert _groups(result)[:2] == [set(range(0, 6)), set(range(6, 12))]
+
+
+@pytest.fixture()
+def long_history(tmp_path, cache_dir):
+    """A stored thread longer than `view_limit`: requests read it through candidate views."""
+    from retrieval import History
+
+    h = History(Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data",
+                              db=f"sqlite:///{tmp_path / 'db.sqlite3'}", view_limit=100), llm=None)
+    yield h
+    h.close()
+
+
+def test_a_long_thread_view_holds_the_conversation_past_the_hour(long_history):
+    thread = _thread(*_others(20), *_evening("2025-09-20"), *_others(12, month="2025-10"))
+    long_history.ingest("long", thread)
+    result = long_history.ask("long", "9月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("6000"))
+    assert len(result.thread.messages) < len(thread.messages)  # a view, not the whole thread
+    target = {m.content for m in thread.messages if m.content.endswith(FILLER)}  # the 21:40 conversation
+    taken = [{result.thread.messages[p].content for p in r.message_ids} for r in result.prompt.selection.retrieved]
+    assert taken[0] | taken[1] == target  # from 21:40 past 22:00 (only 21:xx was read), first
