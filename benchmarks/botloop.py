@@ -76,6 +76,7 @@ WARM = 1_000  # turns after which caches (SQLite pages, token counts, embeddings
 
 
 SHAPE = "teams"  # set by --shape
+VIEW_LIMIT: int | None = None  # set by --view-limit
 PEOPLE = ("Caroline", "Melanie", "Taro Yamada", "Hanako Sato", "Mary Ann Lee")
 
 
@@ -167,7 +168,7 @@ def _summary(adds, after, without, warm, rss0, rss1) -> dict:
 def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> dict:
     messages, vectors, questions = corpus(n, cache_dir)
     messages = teams_shape(messages) if SHAPE == "teams" else messages
-    history = _history(url, workdir, cache_dir)
+    history = _history(url, workdir, cache_dir, **({"view_limit": VIEW_LIMIT} if VIEW_LIMIT else {}))
     history.store.migrate()
     ingest_s = _bulk(history, "bot", messages, vectors)
     last, texts = messages[-1].timestamp, [m.content for m in messages[:5000]]
@@ -191,6 +192,7 @@ def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> di
     out = {"case": "one thread", "shape": SHAPE, "messages": n, "backend": url.split(":")[0], "turns": turns,
            "ingest_s": round(ingest_s, 1), "embed_ms_p50": _pct(embed_ms, 50),
            "view": _view(n, history.states.peek("bot"), history.settings.view_limit),
+           "view_limit": history.settings.view_limit,
            "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, rss1), **asks_only}
     history.close()
     return out
@@ -297,13 +299,15 @@ def main() -> None:
     p.add_argument("--lookback", type=int, default=200, help="compaction_lookback of the structured case")
     p.add_argument("--shape", choices=["teams", "plain"], default="teams",
                    help="teams: names, keys, tool calls, bursts, pauses (default); plain: the older loop")
+    p.add_argument("--view-limit", type=int, help="view_limit of the one-thread cases (default: the "
+                   "setting's); whole threads against candidate views at one size")
     p.add_argument("--workdir", default="/tmp/semhist-botloop")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "botloop"))
     p.add_argument("--one", nargs=3, metavar=("CASE", "N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()
-    global SHAPE
-    SHAPE = args.shape
+    global SHAPE, VIEW_LIMIT
+    SHAPE, VIEW_LIMIT = args.shape, args.view_limit
     work, cache = Path(args.workdir), Path(args.cache_dir)
     if args.one:
         kind, n, url = args.one
@@ -331,14 +335,14 @@ def main() -> None:
             print(f"-- {kind} {backend} {n:,} messages, {turns} turns", file=sys.stderr, flush=True)
             done = subprocess.run([sys.executable, __file__, "--one", kind, str(n), url, "--turns", str(turns),
                                    "--lookback", str(args.lookback), "--shape", args.shape,
+                                   *(["--view-limit", str(args.view_limit)] if args.view_limit else []),
                                    "--workdir", str(case_dir), "--cache-dir", args.cache_dir],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
             if done.returncode:
                 sys.exit(f"case {kind} {backend} {n} failed")
             row = json.loads(done.stdout.strip().splitlines()[-1])
             print(json.dumps(row), file=sys.stderr, flush=True)
-            key = (row["case"], row["backend"], row["messages"], row.get("shape", "plain"))
-            rows = [r for r in rows if (r["case"], r["backend"], r["messages"], r.get("shape", "plain")) != key] + [row]
+            rows = [r for r in rows if _key(r) != _key(row)] + [row]
             rows.sort(key=lambda r: (r["case"] == "structured", "x" in r["case"], r["messages"], r["backend"] != "sqlite"))
             out.write_text(json.dumps(rows, indent=1))
             Path(args.out + ".md").write_text(report(rows, any(r["backend"] == "postgresql" for r in rows)))
@@ -346,8 +350,13 @@ def main() -> None:
     print(report(rows, any(r["backend"] == "postgresql" for r in rows)))
 
 
+def _key(row: dict) -> tuple:
+    """A rerun case replaces its row (rows without a view_limit ran with the old default, 5,000)."""
+    return row["case"], row["backend"], row["messages"], row.get("shape", "plain"), row.get("view_limit", 5000)
+
+
 def report(rows: list[dict], with_pg: bool) -> str:
-    cols = ["case", "shape", "backend", "messages", "turns", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
+    cols = ["case", "shape", "backend", "messages", "turns", "view_limit", "view", "add_ms_p50", "add_ms_p95", "ask_after_write_ms_p50",
             "ask_after_write_ms_p95", "ask_no_write_ms_p50", "ask_no_write_ms_p95", "after_vs_no_write_p50",
             "rss_start_mb", "rss_end_mb", "rss_growth_mb", "anon_growth_mb", "anon_growth_after_warm_mb",
             "anon_growth_asks_only_mb", "full_loads", "embed_ms_p50"]

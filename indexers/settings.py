@@ -164,7 +164,7 @@ class Settings:
     pii: str = option("off", group=WRITE, help="mask e-mails, phones, card numbers, My Numbers and postal "
                                                "addresses before storing (kept with the thread): on, off, or "
                                                "rule names")
-    view_limit: int = option(5_000, group=SERVE, help="stored threads up to this many messages are "
+    view_limit: int = option(10_000, group=SERVE, help="stored threads up to this many messages are "
                                                       "searched whole")
     ann_threshold: int = option(50_000, group=SERVE, help="vectors per thread above which FAISS goes "
                                                           "approximate (HNSW)")
