@@ -149,13 +149,13 @@ def post_json(url: str, body: dict, timeout: float) -> tuple[int, bytes]:
 
 
 IMPORTS = {  # extra: what its users import or run first
-    "service": "import retrieval.service.proxy",
-    "teams": "from retrieval.agent.host import _sdk; _sdk()",
-    "langchain": "from retrieval.integrations.langchain import history_factory, pre_model_hook",
+    "service": "import semhist.service.proxy",
+    "teams": "from semhist.agent.host import _sdk; _sdk()",
+    "langchain": "from semhist.integrations.langchain import history_factory, pre_model_hook",
     "langgraph": "from langgraph.prebuilt import create_react_agent",
-    "llamaindex": "from retrieval.integrations.llamaindex import SemhistMemory, SemhistMemoryBlock",
-    "postgres": "from indexers.store.postgres import _psycopg; _psycopg().pq.version()",
-    "eval": "from retrieval.scoring import answer_f1; answer_f1('ramen in Sapporo', 'Sapporo ramen')",
+    "llamaindex": "from semhist.integrations.llamaindex import SemhistMemory, SemhistMemoryBlock",
+    "postgres": "from semhist.indexers.store.postgres import _psycopg; _psycopg().pq.version()",
+    "eval": "from semhist.scoring import answer_f1; answer_f1('ramen in Sapporo', 'Sapporo ramen')",
 }
 
 
@@ -192,7 +192,7 @@ def chat_through_service(service: Server, db: str | None) -> None:
         raise SmokeFailure(f"thread {thread} should hold the turn and the reply (2 messages), holds "
                            f"{threads.get(thread)}; X-Semhist-Stored={raw.headers.get('x-semhist-stored')}")
     if db:
-        from indexers.store import open_store
+        from semhist.indexers.store import open_store
 
         store = open_store(db)
         try:

@@ -30,12 +30,12 @@ from pathlib import Path
 
 from llm_request import DATA, LOCOMO_CATEGORIES, RecordedLLM, save
 
-from indexers.loader import load
-from indexers.settings import Budget, Settings
-from retrieval import Engine
-from retrieval.evaluate import evaluate, sample_queries
-from retrieval.llm import make_llm
-from retrieval.scoring import make_judge
+from semhist.indexers.loader import load
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
+from semhist.evaluate import evaluate, sample_queries
+from semhist.llm import make_llm
+from semhist.scoring import make_judge
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks"

@@ -18,9 +18,9 @@ HERE = Path(__file__).parent
 
 CASE = r"""
 import json, resource, sys, time
-import indexers.embed as embed
-from indexers.settings import Settings
-from retrieval.history import History
+import semhist.indexers.embed as embed
+from semhist.kernel.settings import Settings
+from semhist.history import History
 
 size, lang, whole = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "whole"
 if whole:
@@ -41,7 +41,7 @@ print(json.dumps({"chars": size, "lang": lang, "embedding": "whole" if whole els
 
 PII = r"""
 import json, time
-from indexers.pii import Masker
+from semhist.indexers.pii import Masker
 unit = "連絡先は090-1234-5678、メールは taro@example.co.jp です。注文番号 1234-5678-9012, 2024-05-01 10:30. "
 text = (unit * (1_000_000 // len(unit) + 1))[:1_000_000]
 m = Masker(); m("warm up 03-1234-5678")

@@ -44,8 +44,8 @@ BUDGET = "2000"
 
 
 def _history(url: str, workdir: Path, cache_dir: Path, **overrides):
-    from indexers.settings import Settings
-    from retrieval import History
+    from semhist.kernel.settings import Settings
+    from semhist import History
 
     # only the structured case reads the environment (the LLM it names); the rest use defaults
     settings = Settings.load(env=overrides.pop("env", {}), db=url, data_dir=workdir / "data", cache_dir=cache_dir, batch_size=1000,
@@ -54,7 +54,7 @@ def _history(url: str, workdir: Path, cache_dir: Path, **overrides):
 
 
 def _bulk(history, thread_id: str, messages, vectors) -> float:
-    from indexers.model import Thread
+    from semhist.kernel.model import Thread
 
     real = history.ingestor.embedder
     history.ingestor.embedder = ReadyVectors(vectors, real.dim, history.embedder.id)
@@ -124,7 +124,7 @@ def _turn_writes(turn: int, texts: list[str], when) -> tuple[list[list[dict]], l
 def _turns(history, threads: list[str], questions: list[str], texts: list[str], turns: int, last, seed: int = 0):
     """Run the bot loop; returns the timings (ms) of adds, asks after a write and asks without
     one, and the resident memory once the caches are warm."""
-    from indexers.settings import Budget
+    from semhist.kernel.settings import Budget
 
     budget, rng = Budget.parse(BUDGET), random.Random(seed)
     adds, after, without, warm = [], [], [], None
@@ -207,7 +207,7 @@ def _view(n: int, entry, limit: int) -> str:
 
 def _asks_only(history, questions: list[str], turns: int, n: int = 2_000) -> dict:
     """Asks with no write in between, after the loop (caches warm): what grows per request."""
-    from indexers.settings import Budget
+    from semhist.kernel.settings import Budget
 
     budget = Budget.parse(BUDGET)
     gc.collect()
@@ -247,7 +247,7 @@ def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int
 
 def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, lookback: int, n: int = 6000) -> dict:
     """`structured` with the real LLM: calls per turn, each user statement read once."""
-    from indexers.settings import Budget, Settings
+    from semhist.kernel.settings import Budget, Settings
 
     if Settings.load().llm is None:
         sys.exit("the structured case needs an LLM: run semhist llm-server and export what it prints")
@@ -272,7 +272,7 @@ def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, lookba
     notes = history.store.notes("bot", active_only=False)
     sources = [n.source_id for n in notes]
     history.close()
-    from retrieval.memory.compaction import only_questions
+    from semhist.memory.compaction import only_questions
 
     calls = [t["llm_calls"] for t in per_turn]
     return {"case": "structured", "messages": n, "lookback": lookback, "backend": url.split(":")[0], "turns": turns,

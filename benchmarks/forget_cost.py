@@ -11,7 +11,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from indexers.store import NewMessage, open_store
+from semhist.indexers.store import NewMessage, open_store
 
 
 def main() -> None:

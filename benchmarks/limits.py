@@ -26,11 +26,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from indexers.loader import load
-from indexers.model import Thread
-from indexers.settings import Budget, Settings
-from retrieval import Engine
-from retrieval.evaluate import evaluate
+from semhist.indexers.loader import load
+from semhist.kernel.model import Thread
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
+from semhist.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -88,8 +88,8 @@ def gold_ceiling(engine: Engine, threads: list[Thread], budget: str, order: str 
     from its start). `cheapest`: the shortest first, the most evidence messages the room can
     hold (a stretch header is paid once per run of adjacent messages).
     """
-    from indexers.tokens import count_message
-    from retrieval.pipeline.select import RUN_OVERHEAD, line_cost
+    from semhist.kernel.tokens import count_message
+    from semhist.pipeline.select import RUN_OVERHEAD, line_cost
 
     recall, complete = [], []
     for thread in threads:
@@ -131,7 +131,7 @@ SEGMENTERS = ("time-gap", "time+topic", "time+tiling")
 def part_segmentation(engine: Engine) -> dict:
     """Pk / WindowDiff of each segmenter's retrieval units (blocks and their topic sub-segments)
     and of its blocks alone, against the human topic boundaries, beside the baselines."""
-    from retrieval.segscore import evaluate_segmentation, gold_starts
+    from semhist.segscore import evaluate_segmentation, gold_starts
 
     sets = {"tiage.jsonl": load(DATA / "tiage.jsonl").threads,
             "jmultiwoz_threads.jsonl": load(DATA / "jmultiwoz_threads.jsonl").threads}

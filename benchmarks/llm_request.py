@@ -24,12 +24,12 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from indexers.loader import load
-from indexers.model import Query, Thread
-from indexers.settings import Budget, Settings
-from retrieval import Engine
-from retrieval.evaluate import evaluate, sample_queries
-from retrieval.llm import make_llm
+from semhist.indexers.loader import load
+from semhist.kernel.model import Query, Thread
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
+from semhist.evaluate import evaluate, sample_queries
+from semhist.llm import make_llm
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

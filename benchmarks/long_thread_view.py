@@ -32,8 +32,8 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def _history(tmp: Path, cache_dir: Path, view_limit: int | None):
-    from indexers.settings import Settings
-    from retrieval import History
+    from semhist.kernel.settings import Settings
+    from semhist import History
 
     return History(Settings.load(env={}, db=f"sqlite:///{tmp / 'store.sqlite3'}", data_dir=tmp / "data",
                                  cache_dir=cache_dir, keyword="local", view_limit=view_limit))
@@ -43,8 +43,8 @@ def _ask_all(history, thread_of, threads, ids_of, unique: set[str] | None = None
     """Every answerable question; `thread_of(t)` names the stored thread, `ids_of[t.id][i]`
     the store id of message i of conversation t. With `unique`, recall is also given for
     those questions alone."""
-    from indexers.settings import Budget
-    from retrieval.pipeline.assemble import fixed_cost
+    from semhist.kernel.settings import Budget
+    from semhist.pipeline.assemble import fixed_cost
 
     recall, complete, sizes, only = [], [], [], []
     for thread in threads:
@@ -72,7 +72,7 @@ def _ask_all(history, thread_of, threads, ids_of, unique: set[str] | None = None
 def _unique_questions(threads) -> set[str]:
     """Questions with a keyword (a name, a place) that one conversation alone holds: in a thread
     joined from all of them, the others hold no equally good answer."""
-    from retrieval.pipeline.keyword import local_keywords
+    from semhist.pipeline.keyword import local_keywords
 
     texts = ["\n".join(m.content for m in t.messages) for t in threads]
     return {q.text for t in threads for q in t.queries
@@ -80,7 +80,7 @@ def _unique_questions(threads) -> set[str]:
 
 
 def _tokens(thread) -> int:
-    from indexers.tokens import count_message
+    from semhist.kernel.tokens import count_message
 
     return sum(count_message(m.to_openai()) for m in thread.messages if m.role != "system")
 
@@ -103,10 +103,10 @@ def _shifts(threads, name: str) -> list:
 
 
 def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
-    from indexers.loader import load
+    from semhist.indexers.loader import load
     from dataclasses import replace
 
-    from indexers.model import Thread
+    from semhist.kernel.model import Thread
 
     threads = load(dataset).threads[:limit] if limit else load(dataset).threads
     out = {}

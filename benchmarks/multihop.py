@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from indexers.lexical import EN_STOP, tokenize
-from indexers.loader import load
-from indexers.model import Thread, message_text
-from indexers.settings import Budget, Settings
-from retrieval import Engine
-from retrieval.evaluate import evaluate
-from retrieval.pipeline.keyword import KeywordResult
-from retrieval.pipeline.search import dense_rows, embed_query, fused_rows, searched_terms
+from semhist.indexers.lexical import EN_STOP, tokenize
+from semhist.indexers.loader import load
+from semhist.kernel.model import Thread, message_text
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
+from semhist.evaluate import evaluate
+from semhist.pipeline.keyword import KeywordResult
+from semhist.pipeline.search import dense_rows, embed_query, fused_rows, searched_terms
 
 from llm_request import save  # beside this file
 

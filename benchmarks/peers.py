@@ -51,13 +51,13 @@ from llama_index.core.memory import Memory, VectorMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStoreQuery, VectorStoreQueryResult
 
-from indexers.embed import PASSAGE, QUERY, cache_key, embed_or_fail, get_embedder
-from indexers.loader import load
-from indexers.model import Thread, api_name, message_text
-from indexers.settings import Budget, Settings
-from indexers.tokens import REPLY_PRIMING, count_message, count_text
-from retrieval import Engine, History
-from retrieval.evaluate import _Tally, evaluate
+from semhist.indexers.embed import PASSAGE, QUERY, cache_key, embed_or_fail, get_embedder
+from semhist.indexers.loader import load
+from semhist.kernel.model import Thread, api_name, message_text
+from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_text
+from semhist import Engine, History
+from semhist.evaluate import _Tally, evaluate
 
 from peers_report import BUDGETS, METHODS, write  # the sibling script: tables, plot
 

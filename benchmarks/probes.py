@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from indexers.loader import load
-from indexers.settings import Budget, Settings
-from retrieval import Engine
+from semhist.indexers.loader import load
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "data" / "probes" / "probes.jsonl"

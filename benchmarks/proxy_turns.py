@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from indexers.tokens import count_message
+from semhist.kernel.tokens import count_message
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "locomo.jsonl"
@@ -66,7 +66,7 @@ def f1(answer: str, gold: str) -> float:
 
 def serve(upstream: str, port: int, data_dir: str) -> subprocess.Popen:
     env = {**os.environ, "SEMHIST_DATA_DIR": data_dir}
-    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "semhist.cli", "serve", "--port", str(port),
                              "--upstream", upstream], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     for _ in range(600):
         try:

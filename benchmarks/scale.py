@@ -55,11 +55,11 @@ class ReadyVectors:
 
 def corpus(n: int, cache_dir: Path):
     """n messages (repeated LoCoMo) with noisy real vectors, and LoCoMo's questions."""
-    from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
-    from indexers.loader import load
+    from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+    from semhist.indexers.loader import load
     from dataclasses import replace
 
-    from indexers.model import embedding_text
+    from semhist.kernel.model import embedding_text
 
     threads = load(DATA).threads
     base = [m for t in threads for m in t.messages if m.role != "system"]
@@ -94,9 +94,9 @@ def _pct(values, q):
 
 
 def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
-    from indexers.model import Thread
-    from indexers.settings import Settings
-    from retrieval import History
+    from semhist.kernel.model import Thread
+    from semhist.kernel.settings import Settings
+    from semhist import History
 
     messages, vectors, questions = corpus(n, cache_dir)
     settings = Settings.load(env={}, db=url, data_dir=workdir / "data", cache_dir=cache_dir, batch_size=1000)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from indexers.model import embedding_text
-from indexers.loader import load
-from indexers.segment import TimeGapSegmenter, TopicSegmenter
-from indexers.settings import Settings
-from retrieval import Engine
-from retrieval.segscore import pk_window_diff as pk_wd
+from semhist.kernel.model import embedding_text
+from semhist.indexers.loader import load
+from semhist.indexers.segment import TimeGapSegmenter, TopicSegmenter
+from semhist.kernel.settings import Settings
+from semhist import Engine
+from semhist.segscore import pk_window_diff as pk_wd
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -52,9 +52,9 @@ def prefill(url: str, data_dir: Path, cache_dir: Path, bots: int, low: int, high
     """Store `bots` threads (bot-0 ...) unless the store holds them already; their sizes."""
     from dataclasses import replace
 
-    from indexers.model import Thread
-    from indexers.settings import Settings
-    from retrieval import History
+    from semhist.kernel.model import Thread
+    from semhist.kernel.settings import Settings
+    from semhist import History
 
     rng = random.Random(seed)
     sizes = [int(math.exp(rng.uniform(math.log(low), math.log(high)))) for _ in range(bots)]
@@ -107,7 +107,7 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "SEMHIST_DB": url, "SEMHIST_DATA_DIR": str(data_dir), "SEMHIST_CACHE_DIR": str(cache_dir)}
         self.log = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--workers", str(workers),
+        self.proc = subprocess.Popen([sys.executable, "-m", "semhist.cli", "serve", "--workers", str(workers),
                                       "--port", str(self.port)], env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -254,7 +254,7 @@ def summary(timings, errors, rate, pace) -> dict:
 
 
 def case(args, url: str, label: str, data_dir: Path, cache_dir: Path) -> dict:
-    from indexers.loader import load
+    from semhist.indexers.loader import load
 
     sizes = prefill(url, data_dir, cache_dir, args.bots, args.min_messages, args.max_messages)
     threads = load(ROOT.parent / "shared" / "data" / "locomo.jsonl").threads
@@ -321,7 +321,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     url = args.db or f"sqlite:///{workdir / 'load.sqlite3'}"
     label = ("postgresql" if url.startswith("postgres") else "sqlite")
-    from indexers.settings import Settings
+    from semhist.kernel.settings import Settings
 
     row = case(args, url, label, workdir, Settings.load().cache_dir)  # the LoCoMo vectors are cached there
     out = Path(args.out)

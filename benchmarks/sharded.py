@@ -24,10 +24,10 @@ from pathlib import Path
 from answers import facts_named
 from llm_request import RecordedLLM, save
 
-from indexers.loader import loads
-from indexers.settings import Budget, Settings
-from retrieval import Engine
-from retrieval.llm import make_llm
+from semhist.indexers.loader import loads
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
+from semhist.llm import make_llm
 
 ROOT = Path(__file__).resolve().parents[1]
 SET = ROOT / "data" / "probes" / "sharded.json"

@@ -14,11 +14,11 @@ import json
 import time
 from pathlib import Path
 
-from indexers.loader import load
-from indexers.settings import Budget, Settings
-from retrieval import STRATEGIES, Engine
-from retrieval.evaluate import evaluate
-from retrieval import NEEDS_LLM
+from semhist.indexers.loader import load
+from semhist.kernel.settings import Budget, Settings
+from semhist import STRATEGIES, Engine
+from semhist.evaluate import evaluate
+from semhist import NEEDS_LLM
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks"

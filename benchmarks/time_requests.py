@@ -33,8 +33,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from indexers.loader import load
-from indexers.model import Query, Thread
+from semhist.indexers.loader import load
+from semhist.kernel.model import Query, Thread
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jmultiwoz_threads.jsonl"
 PER_THREAD = 6  # requests per thread: hour and day, Japanese and English, alternating

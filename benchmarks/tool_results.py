@@ -22,11 +22,11 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from indexers.loader import load
-from indexers.model import Message, Query, Thread
-from indexers.settings import Budget, Settings
-from retrieval import Engine
-from retrieval.evaluate import evaluate
+from semhist.indexers.loader import load
+from semhist.kernel.model import Message, Query, Thread
+from semhist.kernel.settings import Budget, Settings
+from semhist import Engine
+from semhist.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "jmultiwoz_threads.jsonl"

@@ -18,11 +18,11 @@ import numpy as np
 
 from .embed import PASSAGE, Embedder, embed_or_fail
 from .lexical import tokenize
-from .model import Message, embedding_text, message_text
+from semhist.kernel.model import Message, embedding_text, message_text
 from .pii import RULES, Masker, mask_message, masker_from_setting
 from .segment import Segmenter, drift_history
 from .store import AppendResult, ClosedBlock, NewMessage, SQLStore, StaleRules, StoredMessage
-from .tokens import count_message
+from semhist.kernel.tokens import count_message
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .model import MAX_MESSAGE_CHARS, Message, Query, Thread
-from .validate import MAX_DEPTH, BadField, check_request, content_size, message, parse_timestamp
+from semhist.kernel.errors import InputError
+from semhist.kernel.model import MAX_MESSAGE_CHARS, Message, Query, Thread
+from semhist.kernel.validate import MAX_DEPTH, BadField, check_request, content_size, message, parse_timestamp
 
 __all__ = ["LoadResult", "Problem", "build_thread", "check_request", "content_size", "load", "loads",
            "parse_timestamp", "resolve_zone"]

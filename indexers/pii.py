@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .errors import ConfigError
-from .model import Message
+from semhist.kernel.errors import ConfigError
+from semhist.kernel.model import Message
 
 _DASHES = "\u30fc\uff0d\u2212\u2010\u2011\u2013\u2014\uff70"  # ー － − ‐ ‑ – — ｰ
 _NORMALIZE = str.maketrans({**{chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)},

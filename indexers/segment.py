@@ -15,9 +15,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import ConfigError
-from .model import Block, Message
-from .tokens import count_message
+from semhist.kernel.errors import ConfigError
+from semhist.kernel.model import Block, Message
+from semhist.kernel.tokens import count_message
 
 
 # Drift values a thread must have shown before its own percentile is trusted for cutting.

@@ -1,11 +1,28 @@
-"""semhist query time: request -> keyword -> search -> select -> assemble -> messages.
+"""semhist: semantic history retrieval for never-ending chat threads.
 
-`History` serves stored threads (a bot's append -> ask -> append); `Engine` serves history
-files and `Thread` objects through the same machinery.
+    import semhist
+    history = semhist.History("bot.db")
+    history.add("thread-1", {"role": "user", "content": "the budget is 5,000"})
+    result = history.ask("thread-1", "what was the budget?", budget=semhist.Budget.parse("2000"))
+
+`History` serves stored threads (a bot's append -> ask -> append); `Engine` serves history files
+and `Thread` objects through the same machinery. Everything a user needs is importable from here;
+the rooms below (`semhist.kernel`, `semhist.indexers`, `semhist.pipeline`, the front ends) are
+internals.
 """
 
 from .engine import Engine
 from .history import History
+from .kernel.errors import (
+    BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError, TooLongError,
+)
+from .kernel.model import Block, Message, Query, Thread
+from .kernel.settings import Budget, LLMConfig, Settings
+from .indexers.loader import load
 from .pipeline import NEEDS_LLM, STRATEGIES, AskResult, get_strategy
 
-__all__ = ["AskResult", "Engine", "History", "NEEDS_LLM", "STRATEGIES", "get_strategy"]
+__all__ = [
+    "AskResult", "BackendError", "Block", "Budget", "ConfigError", "Engine", "History",
+    "IndexMismatchError", "InputError", "LLMConfig", "Message", "NEEDS_LLM", "NotFoundError", "Query",
+    "STRATEGIES", "SemhistError", "Settings", "Thread", "TooLongError", "get_strategy", "load",
+]

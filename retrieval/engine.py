@@ -19,13 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from indexers.errors import IndexMismatchError
-from indexers.index import manifest as manifests
-from indexers.index.thread_index import ThreadIndex
-from indexers.ingest import source_key
-from indexers.model import Thread
-from indexers.settings import Budget, Settings
-from indexers.store import SQLStore, open_store
+from semhist.kernel.errors import IndexMismatchError
+from semhist.indexers.index import manifest as manifests
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.ingest import source_key
+from semhist.kernel.model import Thread
+from semhist.kernel.settings import Budget, Settings
+from semhist.indexers.store import SQLStore, open_store
 
 from .history import History
 from .llm import LLMClient

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from indexers.errors import BackendError, ConfigError, InputError
-from indexers.model import Query, Thread
-from indexers.settings import Budget
+from semhist.kernel.errors import BackendError, ConfigError, InputError
+from semhist.kernel.model import Query, Thread
+from semhist.kernel.settings import Budget
 
 from .engine import Engine
 from .llm import LLMClient

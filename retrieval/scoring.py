@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from indexers.errors import BackendError, ConfigError
-from indexers.lexical import _janome, is_japanese
-from indexers.tokens import count_message, count_text
+from semhist.kernel.errors import BackendError, ConfigError
+from semhist.indexers.lexical import _janome, is_japanese
+from semhist.kernel.tokens import count_message, count_text
 
 from .pipeline.llmplan import reply_json
 

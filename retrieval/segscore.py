@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from indexers.errors import InputError
-from indexers.model import Thread
+from semhist.kernel.errors import InputError
+from semhist.kernel.model import Thread
 
 from .engine import Engine
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from indexers.store import SQLStore
+from semhist.indexers.store import SQLStore
 
 
 def _p(values: list[float], q: float) -> float | None:

@@ -13,15 +13,36 @@ from pathlib import Path
 
 import pytest
 
-from indexers.loader import load
-from indexers.model import Message
-from indexers.settings import Settings
+from semhist.indexers.loader import load
+from semhist.kernel.model import Message
+from semhist.kernel.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data" / "samples"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 RAMEN_REQUEST = "この履歴からラーメンの話題について要約してください。"
 RAMEN_TURNS = set(range(2, 22)) | set(range(64, 68))
+
+# The tiers a plain `pytest` leaves out, so that a person's run takes minutes; CI passes
+# --all-tiers (the README's test command), and an explicit -m chooses for itself.
+SLOW_TIERS = ("slow", "llm", "notebook", "st")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all-tiers", action="store_true",
+                     help=f"run every tier: also the {', '.join(SLOW_TIERS)} tests (CI does)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all-tiers") or config.getoption("markexpr"):
+        return
+    kept, left_out = [], []
+    for item in items:
+        (left_out if any(item.get_closest_marker(m) for m in SLOW_TIERS) else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
 
 # No test may reach an LLM configured in the developer's shell by accident.
 for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY"):
@@ -40,7 +61,7 @@ def settings(cache_dir) -> Settings:
 
 @pytest.fixture(scope="session")
 def engine(settings):
-    from retrieval import Engine
+    from semhist import Engine
 
     return Engine(settings, llm=None)
 
@@ -68,8 +89,8 @@ def llm_server(tmp_path_factory):
     Fails (never skips) when the model parts are missing: they come from the package
     registry, and their disappearance must be noticed.
     """
-    from indexers.errors import SemhistError
-    from retrieval.llm.server import model_path, wait_until_ready
+    from semhist.kernel.errors import SemhistError
+    from semhist.llm.server import model_path, wait_until_ready
 
     model_cache = Settings.load().cache_dir  # the user's cache: the 1.1 GB model is built once
     try:
@@ -80,7 +101,7 @@ def llm_server(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("llm") / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "retrieval.cli", "llm-server", "--port", str(port),
+            [sys.executable, "-m", "semhist.cli", "llm-server", "--port", str(port),
              "--threads", str(min(2, os.cpu_count() or 1)), "--cache-dir", str(model_cache)],
             stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -100,7 +121,7 @@ def llm_server(tmp_path_factory):
 
 @pytest.fixture
 def llm_env(llm_server) -> dict[str, str]:
-    from retrieval.llm.server import MODEL_NAME
+    from semhist.llm.server import MODEL_NAME
 
     return {"OPENAI_BASE_URL": llm_server, "OPENAI_API_KEY": "local", "SEMHIST_LLM_MODEL": MODEL_NAME,
             "SEMHIST_LLM_TIMEOUT": "120"}
@@ -151,7 +172,7 @@ def drop_all(url: str) -> None:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request, tmp_path):
     """Each store backend, empty: the conformance suite runs against both."""
-    from indexers.store import open_store
+    from semhist.indexers.store import open_store
 
     if request.param == "sqlite":
         s = open_store(f"sqlite:///{tmp_path / 'store.sqlite3'}")
@@ -174,7 +195,7 @@ def make_history(request, tmp_path, cache_dir):
     made = []
 
     def make(**overrides):
-        from retrieval import History
+        from semhist import History
 
         settings = Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data", db=url, **overrides)
         h = History(settings)

@@ -33,7 +33,7 @@ class Process:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", *args, "--port", str(self.port)],
+            self.proc = subprocess.Popen([sys.executable, "-m", "semhist.cli", *args, "--port", str(self.port)],
                                          env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
-from indexers.loader import load
-from indexers.settings import Settings
-from indexers.store import open_store
-from retrieval.pipeline.asker import ANSWER_GUIDANCE, ANSWER_REMINDER
+from semhist.indexers.loader import load
+from semhist.kernel.settings import Settings
+from semhist.indexers.store import open_store
+from semhist.pipeline.asker import ANSWER_GUIDANCE, ANSWER_REMINDER
 
 from .conftest import RAMEN_REQUEST, SAMPLES
 from .servers import BadLLM, Process, Recorder
@@ -88,7 +88,7 @@ def test_every_message_and_reply_is_stored_once(agent):
 
 def test_without_an_llm_it_says_what_it_found(agent, cache_dir):
     conv = "19:ramen@thread.tacv2;messageid=2"
-    from retrieval import History
+    from semhist import History
 
     settings = Settings.load(env={}, data_dir=agent.log.parent / "data", cache_dir=cache_dir)
     history = History(settings, llm=None)
@@ -118,7 +118,7 @@ def test_an_attachment_without_text_is_stored_as_a_turn(agent):
 def test_an_id_the_store_refuses_is_kept_under_a_digest(agent):
     conv = "a1b2c3|livechat"  # the Emulator's ids carry a '|'
     say(agent, activity("hello there", "5", conv))
-    from retrieval.agent.memory import thread_id_for
+    from semhist.agent.memory import thread_id_for
 
     assert thread_id_for(conv).startswith("conv-") and len(stored(agent, thread_id_for(conv))) == 2
 
@@ -136,7 +136,7 @@ def test_authentication_is_the_sdks(tmp_path, cache_dir):
         server.stop()
     assert stored(server, CONVERSATION) == []
     for args in ([], ["--anonymous", "--host", "0.0.0.0"]):
-        out = subprocess.run([sys.executable, "-m", "retrieval.cli", "agent", *args, "--data-dir", str(tmp_path)],
+        out = subprocess.run([sys.executable, "-m", "semhist.cli", "agent", *args, "--data-dir", str(tmp_path)],
                              capture_output=True, text=True, timeout=60,
                              env={k: v for k, v in __import__("os").environ.items() if not k.startswith("CONNECTIONS")})
         assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
@@ -163,7 +163,7 @@ def test_a_broken_llm_gets_an_apology_within_the_timeout(tmp_path, cache_dir, mo
 @pytest.mark.llm
 def test_it_answers_with_the_local_llm(tmp_path, cache_dir, llm_env):
     conv = "19:ramen-llm@thread.tacv2;messageid=9"
-    from retrieval import History
+    from semhist import History
 
     settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
     history = History(settings, llm=None)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from retrieval.cli.main import main
+from semhist.cli.main import main
 
 from .conftest import RAMEN_REQUEST, SAMPLES
 from .servers import BadLLM

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from indexers.errors import BackendError, InputError
-from indexers.loader import load
-from indexers.settings import Settings
-from retrieval.cli.main import main
-from retrieval.history import History
+from semhist.kernel.errors import BackendError, InputError
+from semhist.indexers.loader import load
+from semhist.kernel.settings import Settings
+from semhist.cli.main import main
+from semhist.history import History
 
 CORPUS = Path(__file__).parent / "bad_inputs"
 CASES = json.loads((CORPUS / "cases.json").read_text(encoding="utf-8"))
@@ -159,7 +159,7 @@ class _RemoteEmbedderDown:
 
 
 def test_a_failed_write_leaves_no_empty_thread(tmp_path, monkeypatch):
-    from indexers.embed import EMBEDDERS
+    from semhist.indexers.embed import EMBEDDERS
 
     monkeypatch.setitem(EMBEDDERS, "remote", _RemoteEmbedderDown)
     history = History(Settings.load(data_dir=tmp_path, cache_dir=tmp_path, embedder="remote"))
@@ -176,7 +176,7 @@ def test_long_requests_come_from_stdin_or_a_file_and_bad_bytes_are_one_line(tmp_
     sample = Path(__file__).parent.parent / "data" / "samples" / "ramen.json"
     request = "ラーメンの話をまとめて。" + "資料の本文です。" * 124_000  # 3 MB of UTF-8, just under the limit of 1,000,000 characters
     env_args = ["--data-dir", str(tmp_path), "--cache-dir", str(tmp_path)]
-    cmd = [sys.executable, "-m", "retrieval.cli", "ask", str(sample), "-", "--json", "--budget", "3000", *env_args]
+    cmd = [sys.executable, "-m", "semhist.cli", "ask", str(sample), "-", "--json", "--budget", "3000", *env_args]
     done = subprocess.run(cmd, input=request.encode(), capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     out = json.loads(done.stdout)
@@ -189,7 +189,7 @@ def test_long_requests_come_from_stdin_or_a_file_and_bad_bytes_are_one_line(tmp_
                          timeout=300)
     err = bad.stderr.decode()
     assert bad.returncode == 2 and "not valid UTF-8" in err and "Traceback" not in err
-    argv = subprocess.run([sys.executable, "-m", "retrieval.cli", "ask", str(sample), b"\xff\xfe".decode(
+    argv = subprocess.run([sys.executable, "-m", "semhist.cli", "ask", str(sample), b"\xff\xfe".decode(
         "utf-8", "surrogateescape"), *env_args], capture_output=True, timeout=300)
     assert argv.returncode == 2 and "not valid UTF-8" in argv.stderr.decode()
 
@@ -198,8 +198,8 @@ def test_long_requests_come_from_stdin_or_a_file_and_bad_bytes_are_one_line(tmp_
 def test_a_five_megabyte_message_costs_a_few_hundred_megabytes(tmp_path):
     script = """
 import resource, sys
-from indexers.settings import Settings
-from retrieval.history import History
+from semhist.kernel.settings import Settings
+from semhist.history import History
 h = History(Settings.load(data_dir=sys.argv[1], cache_dir=sys.argv[1], max_message_chars=6_000_000))
 h.add("t", "user", "warm up"); h.ask("t", "warm up")
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -212,7 +212,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
     assert done.returncode == 0, done.stderr[-2000:]
     grown_mb = int(done.stdout.split()[-1])
     assert grown_mb < 400, f"a 5 MB message grew the process by {grown_mb} MB"
-    over = subprocess.run([sys.executable, "-m", "retrieval.cli", "add", "--thread", "t", "-", "--data-dir",
+    over = subprocess.run([sys.executable, "-m", "semhist.cli", "add", "--thread", "t", "-", "--data-dir",
                            str(tmp_path), "--cache-dir", str(tmp_path)], input="x" * 1_000_001, capture_output=True,
                           text=True, timeout=300)
     assert over.returncode == 2 and "the most a message may hold is 1,000,000" in over.stderr

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from indexers.model import Message, Thread
-from indexers.settings import Budget
+from semhist.kernel.model import Message, Thread
+from semhist.kernel.settings import Budget
 
 from .conftest import RAMEN_REQUEST, SHARED_DATA
 from .conftest import chat as _chat
@@ -115,7 +115,7 @@ def test_a_forgotten_thread_used_again_is_a_new_thread_everywhere(make_history, 
 
 
 def test_files_and_stored_threads_take_one_path(engine, make_history, ramen):
-    from retrieval import Engine  # noqa: F401  (the fixture's class)
+    from semhist import Engine  # noqa: F401  (the fixture's class)
     stored = make_history()
     stored.ingest("team", ramen)
     from_store = stored.ask("team", RAMEN_REQUEST, budget=Budget.parse("50%"))
@@ -148,9 +148,9 @@ def test_a_long_thread_view_takes_lexical_and_time_candidates(make_history):
 def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):
     """A thread crossing the HNSW threshold, and one whose FAISS file is missing: the ask that
     notices returns at once; the index is built in the background."""
-    from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
-    from indexers.loader import load
-    from indexers.model import embedding_text
+    from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+    from semhist.indexers.loader import load
+    from semhist.kernel.model import embedding_text
 
     base = [m for t in load(SHARED_DATA / "locomo.jsonl").threads[:3] for m in t.messages]
     cached = CachedEmbedder(get_embedder("use-m3"), EmbeddingCache(cache_dir / "embeddings.sqlite3"))
@@ -195,8 +195,8 @@ def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):
 
 
 def test_a_file_above_the_view_limit_is_asked_through_its_view(cache_dir, ramen):
-    from indexers.settings import Settings
-    from retrieval import Engine
+    from semhist.kernel.settings import Settings
+    from semhist import Engine
 
     from .conftest import RAMEN_TURNS
 

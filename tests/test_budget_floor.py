@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-from indexers.errors import TooLongError
-from indexers.settings import Budget, Settings
-from indexers.tokens import count_messages, count_text
+from semhist.kernel.errors import TooLongError
+from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.tokens import count_messages, count_text
 
 from .conftest import RAMEN_REQUEST, SAMPLES
 
@@ -22,7 +22,7 @@ QUESTION = "Where are our servers?"
 
 @pytest.fixture
 def make_history(tmp_path, cache_dir):
-    from retrieval import History
+    from semhist import History
 
     made = []
 
@@ -55,7 +55,7 @@ def test_a_share_never_goes_below_what_the_last_exchanges_need():
 # -- the young thread ------------------------------------------------------------------------
 @pytest.mark.parametrize("share", ["25%", "50%"])
 def test_a_share_of_a_young_thread_keeps_what_was_just_said(make_history, share):
-    from retrieval.integrations import langchain as lc
+    from semhist.integrations import langchain as lc
 
     h = make_history()
     young(h)
@@ -83,7 +83,7 @@ def test_a_llamaindex_agent_at_a_share_remembers_the_turn_before(make_history):
     from llama_index.core.agent.workflow import FunctionAgent
     from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLastCall
 
-    from retrieval.integrations import llamaindex as li
+    from semhist.integrations import llamaindex as li
 
     h = make_history()
     llm = MockFunctionCallingLLMWithChatMemoryOfLastCall()  # answers with the last message it was sent
@@ -131,8 +131,8 @@ def test_a_tool_loop_at_a_tight_budget_keeps_the_answer_and_clears_what_it_read(
 
 # -- the floor itself does not fit: the caller is told ---------------------------------------
 def test_adapters_warn_when_the_last_exchanges_do_not_fit(make_history, caplog):
-    from retrieval.integrations import langchain as lc
-    from retrieval.integrations import llamaindex as li
+    from semhist.integrations import langchain as lc
+    from semhist.integrations import llamaindex as li
 
     h = make_history()
     young(h)
@@ -150,8 +150,8 @@ def test_adapters_warn_when_the_last_exchanges_do_not_fit(make_history, caplog):
 def test_the_service_says_so_in_its_notes(make_history):
     from fastapi.testclient import TestClient
 
-    from retrieval.service.app import create_app
-    from retrieval.service.chat import notes_header, prepare
+    from semhist.service.app import create_app
+    from semhist.service.chat import notes_header, prepare
 
     h = make_history()
     young(h)
@@ -181,7 +181,7 @@ def test_full_past_the_view_limit_sends_every_message_and_says_so(make_history):
 
 
 def test_full_past_what_a_prompt_can_hold_is_refused_unless_budgeted(make_history, monkeypatch):
-    from retrieval.history import views
+    from semhist.history import views
 
     long = make_history(view_limit=30)
     long.add_many("ramen", ramen_dicts())
@@ -195,7 +195,7 @@ def test_full_past_what_a_prompt_can_hold_is_refused_unless_budgeted(make_histor
                                               ("token-budget", None), ("token-budget", "10%")])
 def test_strategies_that_send_the_threads_end_send_the_same_past_the_view_limit(make_history, monkeypatch,
                                                                               strategy, budget):
-    from retrieval.history import views
+    from semhist.history import views
 
     monkeypatch.setattr(views, "PAGE", 4)  # the end is read in pages: 4, 16, 64 messages
     whole, long = make_history(), make_history(view_limit=30)

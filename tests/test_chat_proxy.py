@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 import httpx
 import pytest
 
-from indexers.errors import ConfigError
-from indexers.model import Message
-from indexers.settings import LLMConfig, Settings
-from indexers.store import StoredMessage
-from retrieval.pipeline.assemble import end_with_turn
-from retrieval.service.chat import first_unseen
-from retrieval.service.upstream import StreamReply, reply_of, upstream_of
+from semhist.kernel.errors import ConfigError
+from semhist.kernel.model import Message
+from semhist.kernel.settings import LLMConfig, Settings
+from semhist.indexers.store import StoredMessage
+from semhist.pipeline.assemble import end_with_turn
+from semhist.service.chat import first_unseen
+from semhist.service.upstream import StreamReply, reply_of, upstream_of
 
 from .conftest import RAMEN_REQUEST, SAMPLES
 from .servers import Process, Recorder, free_port
@@ -160,7 +160,7 @@ def last_log(server, thread: str) -> dict:
 @pytest.mark.llm
 @pytest.mark.slow
 def test_the_openai_sdk_gets_the_model_answer_to_semhists_prompt(proxy):
-    from retrieval.llm.server import MODEL_NAME
+    from semhist.llm.server import MODEL_NAME
 
     server, relay = proxy
     before = count(server, "ramen")
@@ -180,7 +180,7 @@ def test_the_openai_sdk_gets_the_model_answer_to_semhists_prompt(proxy):
 @pytest.mark.llm
 @pytest.mark.slow
 def test_a_stream_is_relayed_and_its_reply_stored_before_it_ends(proxy):
-    from retrieval.llm.server import MODEL_NAME
+    from semhist.llm.server import MODEL_NAME
 
     server, relay = proxy
     sdk = client(server)
@@ -203,7 +203,7 @@ def test_a_stream_is_relayed_and_its_reply_stored_before_it_ends(proxy):
 @pytest.mark.llm
 @pytest.mark.slow
 def test_tool_calls_and_results_reach_the_model_intact(proxy):
-    from retrieval.llm.server import MODEL_NAME
+    from semhist.llm.server import MODEL_NAME
 
     server, relay = proxy
     turn = [{"role": "user", "content": "What is the weather in Tokyo?"},
@@ -230,7 +230,7 @@ def test_tool_calls_and_results_reach_the_model_intact(proxy):
 def test_the_thread_can_come_from_user_and_a_request_without_one_is_refused(proxy):
     import openai
 
-    from retrieval.llm.server import MODEL_NAME
+    from semhist.llm.server import MODEL_NAME
 
     server, _ = proxy
     with pytest.raises(openai.UnprocessableEntityError, match="X-Semhist-Thread"):

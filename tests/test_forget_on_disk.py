@@ -14,10 +14,10 @@ import numpy as np
 import psycopg
 import pytest
 
-from indexers.model import Message, Thread
-from indexers.settings import Settings
-from retrieval.engine import Engine
-from retrieval.history import History
+from semhist.kernel.model import Message, Thread
+from semhist.kernel.settings import Settings
+from semhist.engine import Engine
+from semhist.history import History
 
 T0 = datetime(2025, 5, 8, 21, 0, tzinfo=timezone.utc)
 
@@ -93,7 +93,7 @@ def test_forgetting_one_message_leaves_nothing_of_it(tmp_path, monkeypatch):
 
 
 def test_postgres_forget_vacuum_rewrites_the_table_files(postgres_url, tmp_path, capsys):
-    from retrieval.cli.main import main
+    from semhist.cli.main import main
 
     from .conftest import drop_all
 

@@ -9,12 +9,12 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from indexers.embed import cache_key
-from indexers.embed import PASSAGE
-from indexers.errors import IndexMismatchError, InputError
-from indexers.model import Message, Thread
-from indexers.segment import TimeGapSegmenter
-from indexers.settings import Budget
+from semhist.indexers.embed import cache_key
+from semhist.indexers.embed import PASSAGE
+from semhist.kernel.errors import IndexMismatchError, InputError
+from semhist.kernel.model import Message, Thread
+from semhist.indexers.segment import TimeGapSegmenter
+from semhist.kernel.settings import Budget
 from .conftest import RAMEN_REQUEST, RAMEN_TURNS, chat as _chat
 
 
@@ -210,7 +210,7 @@ def test_another_embedder_is_refused_until_reindex(make_history, ramen):
 
 
 def test_reindex_tokenizes_a_thread_stored_by_older_rules_again(make_history, caplog):
-    from indexers.lexical import TERMS_VERSION, tokenize
+    from semhist.indexers.lexical import TERMS_VERSION, tokenize
 
     h = make_history()
     for role, text in [("user", "我叫小王，我住在上海。"), ("assistant", "你好，小王！"),
@@ -291,7 +291,7 @@ def test_a_tool_loop_ends_the_prompt_with_its_results_not_the_request_again(make
 def test_stats_report_prefix_reuse_and_budget_hits(make_history):
     """A bot's loop: append the request, ask, append the reply. With `full` each prompt starts
     with the previous one (a provider cache reads nearly all of it); `window` slides."""
-    from retrieval.stats import stats
+    from semhist.stats import stats
 
     h = make_history()
     t0 = datetime(2025, 7, 1, 9, 0, tzinfo=timezone.utc)

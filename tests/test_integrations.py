@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 
-from indexers.errors import ConfigError, InputError
-from indexers.settings import Settings
-from indexers.tokens import count_messages, count_text
+from semhist.kernel.errors import ConfigError, InputError
+from semhist.kernel.settings import Settings
+from semhist.kernel.tokens import count_messages, count_text
 from .conftest import RAMEN_REQUEST, RAMEN_TURNS
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -23,13 +23,13 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock, ToolCallBlock
 
-from retrieval.integrations import langchain as lc
-from retrieval.integrations import llamaindex as li
+from semhist.integrations import langchain as lc
+from semhist.integrations import llamaindex as li
 
 
 @pytest.fixture
 def history(tmp_path, cache_dir):
-    from retrieval import History
+    from semhist import History
 
     settings = Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data",
                              db=f"sqlite:///{tmp_path / 'db.sqlite3'}")
@@ -200,9 +200,9 @@ def test_langgraph_hook_needs_the_thread_id(history):
 def test_missing_extra_names_it(monkeypatch, module, package, extra):
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
-    monkeypatch.delitem(sys.modules, f"retrieval.integrations.{module}")
+    monkeypatch.delitem(sys.modules, f"semhist.integrations.{module}")
     with pytest.raises(ConfigError, match=rf"semhist\[{extra}\]"):
-        importlib.import_module(f"retrieval.integrations.{module}")
+        importlib.import_module(f"semhist.integrations.{module}")
 
 
 # -- LlamaIndex ------------------------------------------------------------------------------

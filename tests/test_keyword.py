@@ -2,9 +2,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from indexers.settings import LLMConfig
-from retrieval.pipeline.keyword import extract_keywords, local_keywords, local_plan, parse_keyword_reply
-from retrieval.llm import OpenAIChat, make_llm
+from semhist.kernel.settings import LLMConfig
+from semhist.pipeline.keyword import extract_keywords, local_keywords, local_plan, parse_keyword_reply
+from semhist.llm import OpenAIChat, make_llm
 
 
 @pytest.mark.parametrize("request_text,expected", [
@@ -91,7 +91,7 @@ def test_unreachable_llm_falls_back_with_the_reason():
 def test_llm_time_range_is_checked():
     from datetime import datetime, timezone
 
-    from retrieval.pipeline.llmplan import llm_time as _llm_time
+    from semhist.pipeline.llmplan import llm_time as _llm_time
     anchor = datetime(2025, 7, 29, tzinfo=timezone.utc)
     assert _llm_time({"time": {"start": "2025-07-20", "end": "2025-07-22"}}, anchor).end.day == 23
     assert _llm_time({"time": {"start": "2025-08-20", "end": "2025-08-22"}}, anchor) is None  # after the thread

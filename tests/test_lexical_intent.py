@@ -1,7 +1,7 @@
 import pytest
 
-from indexers.lexical import BM25, tokenize
-from retrieval.pipeline.keyword import FACT, TOPIC, local_intent, local_plan
+from semhist.indexers.lexical import BM25, tokenize
+from semhist.pipeline.keyword import FACT, TOPIC, local_intent, local_plan
 
 
 def test_japanese_tokens_are_content_words_in_base_form():

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from indexers.settings import Settings
-from retrieval import Engine
-from retrieval.pipeline.keyword import extract_keywords
-from retrieval.llm import make_llm
+from semhist.kernel.settings import Settings
+from semhist import Engine
+from semhist.pipeline.keyword import extract_keywords
+from semhist.llm import make_llm
 from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS, SAMPLES
 from tests.test_cli import semhist
 
@@ -48,8 +48,8 @@ def test_cli_ask_json_and_answer_with_the_real_llm(llm_env, cache_dir):
     assert data["llm_calls"] == 2  # one keyword call, one answer
     assert isinstance(data["answer"], str) and data["answer"].strip()
     # what the model was sent, shown: the answer guidance first, the reminder just before the request
-    from indexers.tokens import count_messages
-    from retrieval.pipeline.asker import ANSWER_GUIDANCE, ANSWER_REMINDER
+    from semhist.kernel.tokens import count_messages
+    from semhist.pipeline.asker import ANSWER_GUIDANCE, ANSWER_REMINDER
 
     messages = data["messages"]
     assert messages[0] == {"role": "system", "content": ANSWER_GUIDANCE}
@@ -67,7 +67,7 @@ def test_compare_counts_one_llm_call(llm_env, cache_dir):
 
 
 def test_model_is_assembled_once_and_verified(tmp_path):
-    from retrieval.llm.server import MODEL_SHA256, model_is_built, model_path
+    from semhist.llm.server import MODEL_SHA256, model_is_built, model_path
 
     assert not model_is_built(tmp_path)
     path = model_path(tmp_path)

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from retrieval.pipeline.keyword import local_plan
-from retrieval.pipeline.llmplan import checked, grounded
-from retrieval.pipeline.timerange import names_time
+from semhist.pipeline.keyword import local_plan
+from semhist.pipeline.llmplan import checked, grounded
+from semhist.pipeline.timerange import names_time
 
 ANCHOR = datetime(2023, 10, 22, 20, 0, tzinfo=timezone.utc)
 

@@ -3,8 +3,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from indexers.errors import InputError
-from indexers.loader import load, loads, parse_timestamp, resolve_zone
+from semhist.kernel.errors import InputError
+from semhist.indexers.loader import load, loads, parse_timestamp, resolve_zone
 from tests.conftest import SAMPLES
 
 UTC = timezone.utc

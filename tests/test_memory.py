@@ -6,10 +6,10 @@ import pytest
 
 from datetime import datetime, timedelta, timezone
 
-from indexers.loader import loads
-from indexers.settings import Budget, Settings
-from indexers.store import NewMessage, SummaryRecord
-from retrieval import Engine
+from semhist.indexers.loader import loads
+from semhist.kernel.settings import Budget, Settings
+from semhist.indexers.store import NewMessage, SummaryRecord
+from semhist import Engine
 from tests.conftest import SAMPLES
 from tests.test_cli import semhist
 from tests.test_strategies import check_boundary_rules, tool_thread
@@ -67,7 +67,7 @@ def test_a_user_message_is_read_once_ever_and_forgetting_takes_its_statement(sto
 
 
 def test_memory_strategies_without_an_llm_are_a_clear_error(engine, ramen):
-    from indexers.errors import ConfigError
+    from semhist.kernel.errors import ConfigError
     with pytest.raises(ConfigError, match="summary needs an LLM"):
         engine.ask(ramen, "ラーメンの話をまとめて", strategy="summary")
 
@@ -128,7 +128,7 @@ def test_compaction_is_incremental_rare_and_keeps_the_prefix_stable(llm_engine):
 @pytest.mark.slow
 def test_reduced_probe_set_with_the_real_llm(llm_engine):
     """Two probes (JA, EN): the structured list must hold the early detail; lenient on wording."""
-    from indexers.loader import load
+    from semhist.indexers.loader import load
     from tests.conftest import ROOT
 
     threads = {t.id: t for t in load(ROOT / "data" / "probes" / "probes.jsonl").threads}
@@ -148,8 +148,8 @@ def test_reduced_probe_set_with_the_real_llm(llm_engine):
 def test_structured_on_a_long_thread_reads_each_statement_once(llm_env, tmp_path, cache_dir):
     """Above the view limit each request searches another view; the statement list is read
     from the store by message id, so it neither shrinks nor is read again."""
-    from indexers.loader import load
-    from retrieval import History
+    from semhist.indexers.loader import load
+    from semhist import History
     from tests.conftest import ROOT
 
     thread = {t.id: t for t in load(ROOT / "data" / "probes" / "probes.jsonl").threads}["probe-en-02"]
@@ -213,7 +213,7 @@ def test_cli_compare_shows_seven_strategies_and_stats(llm_env, tmp_path):
     ("ところで、うちのサーバーは香港にあるんだ。ログの見方を教えて。", False),
 ])
 def test_only_pure_questions_skip_extraction(text, expected):
-    from retrieval.memory.compaction import only_questions
+    from semhist.memory.compaction import only_questions
     assert only_questions(text) is expected
 
 
@@ -226,7 +226,7 @@ def test_only_pure_questions_skip_extraction(text, expected):
     ("no json here", None),
 ])
 def test_parse_note(reply, expected):
-    from retrieval.memory.compaction import parse_note
+    from semhist.memory.compaction import parse_note
     assert parse_note(reply, {3}) == expected
 
 
@@ -253,5 +253,5 @@ def test_probe_set_shape():
     ("One sentence here. Another one that goes on and on and on", 6, "One sentence here."),
 ])
 def test_summaries_end_on_whole_lines(reply, limit, expected):
-    from retrieval.memory.compaction import whole_lines
+    from semhist.memory.compaction import whole_lines
     assert whole_lines(reply, limit) == expected

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from indexers.errors import ConfigError
-from indexers.pii import (DEFAULT_RULES, RULES, Masker, Rule, luhn, masker_from_setting, my_number_ok, normalize,
+from semhist.kernel.errors import ConfigError
+from semhist.indexers.pii import (DEFAULT_RULES, RULES, Masker, Rule, luhn, masker_from_setting, my_number_ok, normalize,
                           register_rule)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from indexers.settings import Settings
-from retrieval.history import History
+from semhist.kernel.settings import Settings
+from semhist.history import History
 
 PHONE, MAIL = "090-1234-5678", "taro.yamada@example.co.jp"
 

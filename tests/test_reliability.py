@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from indexers.settings import Settings
-from retrieval.history import History
+from semhist.kernel.settings import Settings
+from semhist.history import History
 
 from .conftest import ROOT, drop_all
 
@@ -68,7 +68,7 @@ def test_kill_9_during_ingest_then_rerun_completes(db_url, tmp_path, cache_dir):
     path = tmp_path / "long.json"
     path.write_text(json.dumps(messages), encoding="utf-8")
     env = {**os.environ, "SEMHIST_BATCH_SIZE": "32", "SEMHIST_CACHE_DIR": str(cache_dir)}
-    cmd = [sys.executable, "-m", "retrieval.cli", "ingest", str(path), "--thread", "long", "--db", db_url,
+    cmd = [sys.executable, "-m", "semhist.cli", "ingest", str(path), "--thread", "long", "--db", db_url,
            "--data-dir", str(tmp_path / "data"), "--quiet"]
     history = _history(db_url, tmp_path, cache_dir)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -6,10 +6,10 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from indexers.model import Thread, embedding_text
-from indexers.loader import load, loads
-from indexers.segment import TilingSegmenter, TimeGapSegmenter, TopicSegmenter
-from indexers.settings import Budget
+from semhist.kernel.model import Thread, embedding_text
+from semhist.indexers.loader import load, loads
+from semhist.indexers.segment import TilingSegmenter, TimeGapSegmenter, TopicSegmenter
+from semhist.kernel.settings import Budget
 from tests.conftest import SHARED_DATA
 
 DAYS = {
@@ -93,8 +93,8 @@ def test_a_question_found_in_the_history_comes_with_its_answer(engine, ramen):
 
 
 def test_the_one_author_a_request_names_is_not_searched_as_a_word(engine):
-    from indexers.lexical import tokenize
-    from retrieval.pipeline.search import searched_terms
+    from semhist.indexers.lexical import tokenize
+    from semhist.pipeline.search import searched_terms
 
     rows = [{"role": "user", "name": "Caroline", "content": "Thanks, Melanie! The pottery class sounds great."},
             {"role": "assistant", "name": "Melanie", "content": "I go swimming with the kids to relax."}]

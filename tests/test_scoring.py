@@ -2,9 +2,9 @@
 
 import pytest
 
-from indexers.loader import load
-from retrieval.evaluate import sample_queries
-from retrieval.scoring import answer_f1, coverage, prefix_reuse, salient, token_f1
+from semhist.indexers.loader import load
+from semhist.evaluate import sample_queries
+from semhist.scoring import answer_f1, coverage, prefix_reuse, salient, token_f1
 
 from .conftest import SAMPLES
 
@@ -61,12 +61,12 @@ def test_sample_queries_is_even_and_stable():
     ("WRONG", False),
 ])
 def test_the_judge_is_read_by_its_label(reply, expected):
-    from retrieval.scoring import judge_label
+    from semhist.scoring import judge_label
     assert judge_label(reply) is expected
 
 
 def test_a_judge_without_a_label_is_an_error():
-    from indexers.errors import BackendError
-    from retrieval.scoring import judge_label
+    from semhist.kernel.errors import BackendError
+    from semhist.scoring import judge_label
     with pytest.raises(BackendError):
         judge_label("I think it is fine")

@@ -1,10 +1,10 @@
 import json
 
-from indexers.loader import loads
-from indexers.segment import TimeGapSegmenter, get_segmenter
+from semhist.indexers.loader import loads
+from semhist.indexers.segment import TimeGapSegmenter, get_segmenter
 
 import pytest
-from indexers.errors import ConfigError
+from semhist.kernel.errors import ConfigError
 
 
 def thread(rows):
@@ -52,7 +52,7 @@ def test_unknown_segmenter_lists_valid_ones():
 
 
 def test_without_timestamps_a_users_closing_ends_a_conversation():
-    from indexers.segment import TimeGapSegmenter, closes
+    from semhist.indexers.segment import TimeGapSegmenter, closes
 
     assert closes("特にありません。ありがとうございました。") and closes("Thanks, that's all!")
     assert not closes("ありがとうございます。当日利用できる宿泊施設を探しています。")

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from retrieval.segscore import pk_window_diff
+from semhist.segscore import pk_window_diff
 from tests.conftest import SAMPLES, SHARED_DATA
 from tests.test_cli import semhist
 

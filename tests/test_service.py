@@ -256,7 +256,7 @@ def test_token_is_required_when_set(tmp_path, cache_dir):
 
 
 def test_no_token_means_loopback_only(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "retrieval.cli", "serve", "--host", "0.0.0.0", "--data-dir",
+    out = subprocess.run([sys.executable, "-m", "semhist.cli", "serve", "--host", "0.0.0.0", "--data-dir",
                           str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3
     assert "SEMHIST_API_TOKEN" in out.stderr and "Traceback" not in out.stderr

@@ -1,7 +1,7 @@
 import pytest
 
-from indexers.errors import ConfigError, InputError
-from indexers.settings import Budget, Settings
+from semhist.kernel.errors import ConfigError, InputError
+from semhist.kernel.settings import Budget, Settings
 
 
 def test_explicit_beats_env_beats_default(tmp_path):
@@ -53,8 +53,8 @@ def test_bad_budget(text):
 def test_cli_flags_are_derived_from_the_settings():
     from dataclasses import MISSING
 
-    from indexers.settings import settings_fields
-    from retrieval.cli import build_parser
+    from semhist.kernel.settings import settings_fields
+    from semhist.cli import build_parser
 
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
@@ -74,8 +74,8 @@ def test_cli_flags_are_derived_from_the_settings():
 
 
 def test_flags_beat_the_environment_which_beats_the_defaults(monkeypatch):
-    from retrieval.cli import build_parser
-    from retrieval.cli.options import settings_from
+    from semhist.cli import build_parser
+    from semhist.cli.options import settings_from
 
     monkeypatch.setenv("SEMHIST_TOP_N", "5")
     monkeypatch.setenv("SEMHIST_RECENT", "8")

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from indexers.errors import ConfigError, InputError
-from indexers.store import MIGRATIONS, ClosedBlock, NewMessage, check_thread_id, open_store
+from semhist.kernel.errors import ConfigError, InputError
+from semhist.indexers.store import MIGRATIONS, ClosedBlock, NewMessage, check_thread_id, open_store
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 
@@ -136,7 +136,7 @@ def test_turn_log_manifest_and_retention(store):
 def test_a_store_from_before_the_new_columns_is_migrated_with_its_data(request, tmp_path, backend):
     """A store made by the previous release (migrations 0001-0004 only, rows written then) gets
     thread identities, prompt costs and lexical block terms when it is opened."""
-    from indexers.store.migrations import script
+    from semhist.indexers.store.migrations import script
     from tests.conftest import drop_all
 
     if backend == "sqlite":

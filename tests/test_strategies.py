@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from indexers.loader import loads
-from indexers.settings import Budget, Settings
-from retrieval import STRATEGIES, Engine
-from retrieval.pipeline.strategies import NEEDS_LLM
+from semhist.indexers.loader import loads
+from semhist.kernel.settings import Budget, Settings
+from semhist import STRATEGIES, Engine
+from semhist.pipeline.strategies import NEEDS_LLM
 from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS
 
 ALL = [name for name in STRATEGIES if name not in NEEDS_LLM]  # summary/structured: tests/test_memory.py
@@ -79,7 +79,7 @@ def check_boundary_rules(thread, result, budget):
     # a budget is a hard limit
     if budget is not None:
         assert result.prompt.tokens <= budget.tokens(result.full_tokens) or result.prompt.notes
-    assert result.prompt.tokens == __import__("indexers.tokens", fromlist=["x"]).count_messages(msgs)
+    assert result.prompt.tokens == __import__("semhist.kernel.tokens", fromlist=["x"]).count_messages(msgs)
 
 
 def test_budget_drops_lowest_ranked_blocks_first(small_engine):
@@ -137,7 +137,7 @@ def test_english_thread(engine, english):
 
 
 def test_unknown_strategy(engine, ramen):
-    from indexers.errors import ConfigError
+    from semhist.kernel.errors import ConfigError
     with pytest.raises(ConfigError, match="blocks"):
         engine.ask(ramen, "x", strategy="magic")
 
@@ -197,9 +197,9 @@ def test_an_instruction_between_a_tool_call_and_its_result_waits_for_the_result(
 
 
 def test_at_a_tight_budget_the_recent_turns_leave_room_for_retrieval(engine, ramen):
-    from retrieval.pipeline.assemble import history_cost
-    from retrieval.pipeline.select import PROTECTED_UNITS
-    from retrieval.pipeline.strategies import RECENT_SHARE
+    from semhist.pipeline.assemble import history_cost
+    from semhist.pipeline.select import PROTECTED_UNITS
+    from semhist.pipeline.strategies import RECENT_SHARE
 
     result = engine.ask(ramen, "一蘭の特徴は？", budget=Budget.parse("25%"))
     units = result.prompt.selection.history

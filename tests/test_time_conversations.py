@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from indexers.loader import loads
-from indexers.model import Thread
-from indexers.settings import Budget, Settings
+from semhist.indexers.loader import loads
+from semhist.kernel.model import Thread
+from semhist.kernel.settings import Budget, Settings
 
 SUBJECTS = ["ラーメン", "温泉", "Python", "映画", "天気", "引っ越し", "サッカー", "料理"]
 FILLER = "について、詳しく順番に説明してもらえると本当に助かりますので、どうぞよろしくお願いします。"
@@ -91,7 +91,7 @@ def test_nothing_said_in_the_named_hour_gives_the_talk_around_it(engine):
 @pytest.fixture()
 def long_history(tmp_path, cache_dir):
     """A stored thread longer than `view_limit`: requests read it through candidate views."""
-    from retrieval import History
+    from semhist import History
 
     h = History(Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path / "data",
                               db=f"sqlite:///{tmp_path / 'db.sqlite3'}", view_limit=100), llm=None)

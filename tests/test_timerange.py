@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from retrieval.pipeline.timerange import parse_time_range
+from semhist.pipeline.timerange import parse_time_range
 
 JST = timezone(timedelta(hours=9))
 ANCHOR = datetime(2025, 7, 29, 10, 41, tzinfo=JST)  # a Tuesday

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from indexers.loader import loads
-from indexers.settings import Settings
-from retrieval import Engine
-from retrieval.pipeline.toolresults import clearable
+from semhist.indexers.loader import loads
+from semhist.kernel.settings import Settings
+from semhist import Engine
+from semhist.pipeline.toolresults import clearable
 
 CITIES = ["Hong Kong", "Frankfurt", "Dublin", "Tokyo", "Sydney", "Toronto", "Paris", "Madrid", "Oslo", "Lima", "Cairo"]
 
@@ -86,7 +86,7 @@ def test_a_block_retrieved_for_its_talk_brings_its_other_results_as_placeholders
 
 @pytest.mark.parametrize("value", [-2])
 def test_keep_tool_results_is_checked(cache_dir, value):
-    from indexers.errors import ConfigError
+    from semhist.kernel.errors import ConfigError
 
     with pytest.raises(ConfigError, match="keep_tool_results"):
         Settings.load(env={}, keep_tool_results=value)

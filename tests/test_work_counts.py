@@ -18,8 +18,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from indexers.settings import Budget
-from indexers.tokens import _count_cached
+from semhist.kernel.settings import Budget
+from semhist.kernel.tokens import _count_cached
 
 from .workcount import count_work
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timedelta, timezone
 
-from indexers.settings import Settings
-from retrieval.history import History
+from semhist.kernel.settings import Settings
+from semhist.history import History
 
 
 def main(argv: list[str]) -> None:

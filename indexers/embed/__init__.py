@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError
+from semhist.kernel.errors import BackendError, ConfigError
 from .cache import EmbeddingCache, cache_key
 from .models import PASSAGE, QUERY, E5SmallEmbedder, SentenceTransformerEmbedder, UseM3Embedder
 

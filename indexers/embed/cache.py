@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError
+from semhist.kernel.errors import BackendError
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
 _CHUNK = 500  # SQLite's bound-parameter limit is far above this on every build we know

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError, missing_extra
+from semhist.kernel.errors import BackendError, ConfigError, missing_extra
 
 QUERY, PASSAGE = "query", "passage"
 

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError
+from semhist.kernel.errors import BackendError, ConfigError
 
 FLAT, HNSW = "flat", "hnsw"
 HNSW_M = 32

@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ..errors import IndexMismatchError
+from semhist.kernel.errors import IndexMismatchError
 from ..lexical import TERMS_VERSION
-from ..settings import Settings
+from semhist.kernel.settings import Settings
 
 FORMAT_VERSION = 4
 # manifest key -> (settings field, CLI flag) for the fix command

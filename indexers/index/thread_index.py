@@ -18,10 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..lexical import BM25, ScanBM25
-from ..model import Block, Message, Thread
+from semhist.kernel.model import Block, Message, Thread
 from ..segment import Segmenter
 from ..store.records import Key, Marker, StoredBlock, StoredMessage
-from ..tokens import count_message
+from semhist.kernel.tokens import count_message
 from .faiss_index import FaissIndex
 
 _MESSAGE_OVERHEAD = 300  # bytes a message costs in memory besides its text, about

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import IndexMismatchError, SemhistError
+from semhist.kernel.errors import IndexMismatchError, SemhistError
 from ..store import Marker, SQLStore, check_thread_id
 from .faiss_index import FLAT, HNSW, FaissIndex
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
-from ..errors import ConfigError
+from semhist.kernel.errors import ConfigError
 from .migrations import MIGRATIONS
 from .records import (AppendResult, Changes, StaleRules, ClosedBlock, Key, Marker, NewMessage, NoteRecord, StoredBlock,
                       StoredMessage, SummaryRecord, ThreadInfo, check_thread_id, thread_id_for)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from semhist.kernel.errors import InputError
 from .records import StoredMessage, check_thread_id
 from .rows import COLUMNS, chunks, marks, message_row, request_key, terms_column
 

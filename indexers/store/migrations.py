@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..tokens import count_message
+from semhist.kernel.tokens import count_message
 from .rows import column_terms, request_key
 
 SQLITE, POSTGRES = "sqlite", "postgresql"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import BackendError, missing_extra
+from semhist.kernel.errors import BackendError, missing_extra
 from .forget import TABLES as VACUUMED
 from .rows import INSERT
 from .sql import SQLStore

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError, InputError
+from semhist.kernel.errors import BackendError, InputError
 
 # Teams conversation ids look like "19:abc@thread.v2" or "a:1Xyz;messageid=12"; anything with a
 # slash, a backslash, whitespace or ".." is refused, so an id can never walk out of a directory.

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .forget import ForgetMixin
-from ..errors import NotFoundError
+from semhist.kernel.errors import NotFoundError
 from .lexical_keys import block_document
 from .memory import MemoryMixin
 from .reads import ReadMixin

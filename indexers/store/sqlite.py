@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import BackendError
+from semhist.kernel.errors import BackendError
 from .sql import SQLStore
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import re
 import time
 from typing import Any
 
-from indexers.errors import SemhistError
-from indexers.settings import Budget
+from semhist.kernel.errors import SemhistError
+from semhist.kernel.settings import Budget
 
 from .. import render
 from ..history import History

@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from indexers.errors import ConfigError, SemhistError, missing_extra
-from indexers.settings import Settings
+from semhist.kernel.errors import ConfigError, SemhistError, missing_extra
+from semhist.kernel.settings import Settings
 
 from ..history import History
 
@@ -102,7 +102,7 @@ def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> N
         log.warning("anonymous: no authentication (local development); listening on %s only", host)
         # said once here rather than by the SDK on every turn
         logging.getLogger("microsoft_agents.hosting.core.connector.client.user_token_client").setLevel(logging.ERROR)
-    from indexers.index.faiss_index import one_native_thread
+    from semhist.indexers.index.faiss_index import one_native_thread
 
     one_native_thread()
     history = History(settings)
@@ -114,6 +114,6 @@ def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> N
 
 
 def _redacted(url: str) -> str:
-    from indexers.store.postgres import redact
+    from semhist.indexers.store.postgres import redact
 
     return redact(url)

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from indexers.errors import SemhistError
-from indexers.store import thread_id_for
+from semhist.kernel.errors import SemhistError
+from semhist.indexers.store import thread_id_for
 
 from ..history import History
 

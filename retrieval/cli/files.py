@@ -9,9 +9,9 @@ import logging
 import sys
 from pathlib import Path
 
-from indexers.errors import BackendError, ConfigError, InputError
-from indexers.loader import load
-from indexers.settings import Budget, Settings
+from semhist.kernel.errors import BackendError, ConfigError, InputError
+from semhist.indexers.loader import load
+from semhist.kernel.settings import Budget, Settings
 
 from .. import render
 from ..pipeline import STRATEGIES

@@ -8,8 +8,8 @@ import signal
 import sys
 from collections.abc import Callable
 
-from indexers.errors import SemhistError
-from indexers.settings import CACHE, EMBED, INPUT, SEGMENT, STORE, WRITE, Settings
+from semhist.kernel.errors import SemhistError
+from semhist.kernel.settings import CACHE, EMBED, INPUT, SEGMENT, STORE, WRITE, Settings
 
 from ..pipeline import STRATEGIES
 from . import files, serving, stored

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, Field
 
-from indexers.settings import (ANSWER, CACHE, EMBED, INPUT, KEYWORD, MEMORY, SEARCH, SEGMENT, SERVE, SERVICE,
+from semhist.kernel.settings import (ANSWER, CACHE, EMBED, INPUT, KEYWORD, MEMORY, SEARCH, SEGMENT, SERVE, SERVICE,
                                STORE, WRITE, Settings, settings_fields)
 
 GROUP_TITLES = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from indexers.settings import Settings, settings_fields
+from semhist.kernel.settings import Settings, settings_fields
 
 
 def _overrides(args: argparse.Namespace) -> dict:

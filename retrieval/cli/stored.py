@@ -8,9 +8,9 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from indexers.errors import InputError, NotFoundError
-from indexers.settings import Settings
-from indexers.store import check_thread_id
+from semhist.kernel.errors import InputError, NotFoundError
+from semhist.kernel.settings import Settings
+from semhist.indexers.store import check_thread_id
 
 from .. import render
 from .files import load_thread, read_request

@@ -19,18 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
-from indexers.errors import InputError, NotFoundError
-from indexers.index import manifest as manifests
-from indexers.index.thread_index import ThreadIndex
-from indexers.index.vectors import ThreadVectors
-from indexers.ingest import IngestResult, Ingestor, cutoff, source_key
-from indexers.lexical import TERMS_VERSION
-from indexers.loader import build_thread, check_request, resolve_zone
-from indexers.model import Thread
-from indexers.segment import get_segmenter
-from indexers.settings import Budget, Settings
-from indexers.store import Marker, SQLStore, StoredMessage, check_thread_id, open_store
+from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+from semhist.kernel.errors import InputError, NotFoundError
+from semhist.indexers.index import manifest as manifests
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.index.vectors import ThreadVectors
+from semhist.indexers.ingest import IngestResult, Ingestor, cutoff, source_key
+from semhist.indexers.lexical import TERMS_VERSION
+from semhist.indexers.loader import build_thread, check_request, resolve_zone
+from semhist.kernel.model import Thread
+from semhist.indexers.segment import get_segmenter
+from semhist.kernel.settings import Budget, Settings
+from semhist.indexers.store import Marker, SQLStore, StoredMessage, check_thread_id, open_store
 
 from ..llm import LLMClient, make_llm
 from ..memory import Memory, check_llm, memory_needs
@@ -49,6 +49,10 @@ MAX_KEY = 512  # characters of a caller's message id (Teams ids are under 100)
 
 
 class History(Maintenance):
+    """Stored threads, as a bot uses them: `add` a message, `ask` for the prompt of the next turn,
+    `forget` what must go. One object serves every thread of its store; each thread's query-time
+    state is built on first use and kept in a bounded cache (`Settings.cache_mb`)."""
+
     def __init__(self, settings: Settings | None = None, *, store: SQLStore | None = None,
                  llm: LLMClient | None | str = "auto", cache_writes: bool = False):
         self.settings = settings or Settings.load()

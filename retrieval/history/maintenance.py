@@ -7,14 +7,14 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from indexers.embed import PASSAGE, EmbeddingCache, cache_key
-from indexers.errors import BackendError, InputError, NotFoundError
-from indexers.index import manifest as manifests
-from indexers.ingest import cutoff
-from indexers.model import embedding_text
-from indexers.store import StoredMessage, check_thread_id
+from semhist.indexers.embed import PASSAGE, EmbeddingCache, cache_key
+from semhist.kernel.errors import BackendError, InputError, NotFoundError
+from semhist.indexers.index import manifest as manifests
+from semhist.indexers.ingest import cutoff
+from semhist.kernel.model import embedding_text
+from semhist.indexers.store import StoredMessage, check_thread_id
 
-from indexers.index.thread_index import as_message
+from semhist.indexers.index.thread_index import as_message
 
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from indexers.index.thread_index import ThreadIndex
-from indexers.index.vectors import ThreadVectors
-from indexers.segment import Segmenter
-from indexers.store import AppendResult, Marker, SQLStore
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.index.vectors import ThreadVectors
+from semhist.indexers.segment import Segmenter
+from semhist.indexers.store import AppendResult, Marker, SQLStore
 
 from .views import ClosedMessages
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from indexers.store import SQLStore, StoredBlock, StoredMessage
+from semhist.indexers.store import SQLStore, StoredBlock, StoredMessage
 
 from ..pipeline.timerange import TimeRange
 

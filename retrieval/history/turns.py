@@ -6,10 +6,10 @@ import hashlib
 import json
 from typing import Any
 
-from indexers.index.thread_index import ThreadIndex
-from indexers.pii import Masker
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.pii import Masker
 
-from indexers.tokens import count_message
+from semhist.kernel.tokens import count_message
 
 from ..pipeline.asker import AskResult
 

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from indexers.errors import TooLongError
-from indexers.index.thread_index import ThreadIndex
-from indexers.model import Thread
-from indexers.index.vectors import ThreadVectors
-from indexers.segment import Segmenter, TimeGapSegmenter
-from indexers.settings import Budget
-from indexers.store import Marker, SQLStore, StoredMessage
-from indexers.tokens import count_message
+from semhist.kernel.errors import TooLongError
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.kernel.model import Thread
+from semhist.indexers.index.vectors import ThreadVectors
+from semhist.indexers.segment import Segmenter, TimeGapSegmenter
+from semhist.kernel.settings import Budget
+from semhist.indexers.store import Marker, SQLStore, StoredMessage
+from semhist.kernel.tokens import count_message
 
 from ..pipeline.asker import BUDGETED, Asker
 from ..pipeline.assemble import fixed_cost

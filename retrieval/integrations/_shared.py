@@ -7,12 +7,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from indexers.errors import InputError
-from indexers.index.thread_index import as_message
-from indexers.loader import check_request
-from indexers.model import api_name
-from indexers.settings import Budget
-from indexers.store import StoredMessage
+from semhist.kernel.errors import InputError
+from semhist.indexers.index.thread_index import as_message
+from semhist.indexers.loader import check_request
+from semhist.kernel.model import api_name
+from semhist.kernel.settings import Budget
+from semhist.indexers.store import StoredMessage
 
 from ..history import History
 from ..history.facade import MAX_KEY

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from indexers.errors import InputError, missing_extra
-from indexers.store import check_thread_id
+from semhist.kernel.errors import InputError, missing_extra
+from semhist.indexers.store import check_thread_id
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -27,7 +27,7 @@ try:
 except ImportError as exc:
     raise missing_extra("langchain-core", "langchain") from exc
 
-from indexers.model import content_text
+from semhist.kernel.model import content_text
 
 from ..history import History
 from . import _shared

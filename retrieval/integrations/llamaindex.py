@@ -19,8 +19,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from indexers.errors import InputError, missing_extra
-from indexers.store import check_thread_id
+from semhist.kernel.errors import InputError, missing_extra
+from semhist.indexers.store import check_thread_id
 
 try:
     from llama_index.core.base.llms.types import (CachePoint, ChatMessage, TextBlock, ThinkingBlock,
@@ -30,7 +30,7 @@ try:
 except ImportError as exc:
     raise missing_extra("llama-index-core", "llamaindex") from exc
 
-from indexers.model import content_text
+from semhist.kernel.model import content_text
 
 from ..history import History
 from ..pipeline.assemble import said

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from indexers.errors import BackendError, ConfigError
-from indexers.settings import LLMConfig
+from semhist.kernel.errors import BackendError, ConfigError
+from semhist.kernel.settings import LLMConfig
 
 
 class LLMClient(Protocol):

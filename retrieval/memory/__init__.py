@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexers.errors import BackendError, ConfigError
-from indexers.index.thread_index import ThreadIndex
-from indexers.settings import Settings
-from indexers.store import Key, SQLStore, SummaryRecord
-from indexers.store.rows import now_iso
-from indexers.tokens import count_text
+from semhist.kernel.errors import BackendError, ConfigError
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.kernel.settings import Settings
+from semhist.indexers.store import Key, SQLStore, SummaryRecord
+from semhist.indexers.store.rows import now_iso
+from semhist.kernel.tokens import count_text
 
 from ..llm import LLMClient
 from ..pipeline.assemble import day, fixed_cost, history_cost, render_memory

@@ -15,11 +15,11 @@ import re
 import time
 from collections.abc import Sequence
 
-from indexers.errors import BackendError
-from indexers.model import head_and_tail
-from indexers.store import Key, NoteRecord, SQLStore, StoredMessage, SummaryRecord
-from indexers.store.rows import now_iso
-from indexers.tokens import count_text
+from semhist.kernel.errors import BackendError
+from semhist.kernel.model import head_and_tail
+from semhist.indexers.store import Key, NoteRecord, SQLStore, StoredMessage, SummaryRecord
+from semhist.indexers.store.rows import now_iso
+from semhist.kernel.tokens import count_text
 
 from ..llm import LLMClient
 from ..pipeline.select import MemoryResult, message_line

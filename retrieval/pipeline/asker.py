@@ -9,13 +9,13 @@ from datetime import datetime
 
 import numpy as np
 
-from indexers.embed import Embedder
-from indexers.errors import BackendError, ConfigError
-from indexers.index.thread_index import ThreadIndex
-from indexers.loader import check_request
-from indexers.lexical import is_japanese
-from indexers.model import Thread
-from indexers.settings import Budget, Settings
+from semhist.indexers.embed import Embedder
+from semhist.kernel.errors import BackendError, ConfigError
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.loader import check_request
+from semhist.indexers.lexical import is_japanese
+from semhist.kernel.model import Thread
+from semhist.kernel.settings import Budget, Settings
 
 from ..llm import LLMClient
 from .assemble import Prompt, fit, fixed_cost

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from indexers.model import Thread, content_text
-from indexers.tokens import REPLY_PRIMING, count_message, count_messages
+from semhist.kernel.model import Thread, content_text
+from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_messages
 
 from .select import (PROTECTED_UNITS, Retrieved, Selection, clearable_results, context_line, protected_count,
                      unit_cost, with_cleared)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from datetime import datetime
 
-from indexers.errors import BackendError
-from indexers.lexical import EN_STOP, JA_META, _janome, chinese_runs, is_japanese, korean_stems, language, tokenize
-from indexers.model import head_and_tail
+from semhist.kernel.errors import BackendError
+from semhist.indexers.lexical import EN_STOP, JA_META, _janome, chinese_runs, is_japanese, korean_stems, language, tokenize
+from semhist.kernel.model import head_and_tail
 
 from ..llm import LLMClient
 from .llmplan import KEYWORD_PROMPT, checked, is_meta, parse_keyword_reply  # noqa: F401 (re-exported)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from indexers.lexical import EN_STOP, JA_META, is_cjk
+from semhist.indexers.lexical import EN_STOP, JA_META, is_cjk
 
 from .timerange import TimeRange, names_time, without_time_words
 

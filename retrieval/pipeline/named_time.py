@@ -17,7 +17,7 @@ from itertools import accumulate
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from indexers.model import Block, Message
+from semhist.kernel.model import Block, Message
 
 from .timerange import TimeRange
 

@@ -12,10 +12,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from indexers.embed import QUERY, Embedder
-from indexers.index.thread_index import ThreadIndex
-from indexers.lexical import tokenize
-from indexers.model import Block, Message
+from semhist.indexers.embed import QUERY, Embedder
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.lexical import tokenize
+from semhist.kernel.model import Block, Message
 
 RRF_K = 60
 # BM25 counts twice: on LoCoMo it beat cosine alone (0.72 vs 0.56 evidence recall at a 10%

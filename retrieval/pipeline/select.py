@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from indexers.model import Message, Thread, content_text, message_text
-from indexers.store import NoteRecord, StoredMessage, SummaryRecord
-from indexers.tokens import count_message, count_text
+from semhist.kernel.model import Message, Thread, content_text, message_text
+from semhist.indexers.store import NoteRecord, StoredMessage, SummaryRecord
+from semhist.kernel.tokens import count_message, count_text
 
 from .toolresults import call_name, placeholder
 

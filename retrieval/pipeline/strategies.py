@@ -14,11 +14,11 @@ from typing import Protocol
 
 import numpy as np
 
-from indexers.errors import ConfigError
-from indexers.index.thread_index import ThreadIndex
-from indexers.model import Thread
-from indexers.settings import Settings
-from indexers.tokens import count_text
+from semhist.kernel.errors import ConfigError
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.kernel.model import Thread
+from semhist.kernel.settings import Settings
+from semhist.kernel.tokens import count_text
 
 from .assemble import CONTEXT_OVERHEAD, fixed_cost, render_memory
 from .keyword import TOPIC, KeywordResult
@@ -302,6 +302,7 @@ NEEDS_LLM = frozenset({"summary", "structured"})
 
 
 def get_strategy(name: str) -> Strategy:
+    """A new strategy by its name in `STRATEGIES`; an unknown name lists the valid ones."""
     try:
         return STRATEGIES[name]()
     except KeyError:

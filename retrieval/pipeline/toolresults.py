@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from indexers.index.thread_index import ThreadIndex
-from indexers.model import Message, Thread
-from indexers.settings import Settings
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.kernel.model import Message, Thread
+from semhist.kernel.settings import Settings
 
 ARGUMENTS_SHOWN = 60  # characters of a call's arguments the placeholder repeats
 

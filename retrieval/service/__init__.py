@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from indexers.errors import missing_extra
+from semhist.kernel.errors import missing_extra
 
 try:
     import fastapi  # noqa: F401

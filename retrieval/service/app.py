@@ -22,9 +22,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from indexers.errors import BackendError, ConfigError, InputError, NotFoundError
-from indexers.loader import content_size
-from indexers.settings import Budget, Settings
+from semhist.kernel.errors import BackendError, ConfigError, InputError, NotFoundError
+from semhist.indexers.loader import content_size
+from semhist.kernel.settings import Budget, Settings
 
 from .. import render
 from ..history import History

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from indexers.errors import ConfigError, InputError
-from indexers.loader import build_thread, check_request, content_size, resolve_zone
-from indexers.model import Message, content_text
-from indexers.settings import Budget, Settings
-from indexers.store import StoredMessage, check_thread_id, thread_id_for
-from indexers.tokens import count_messages
+from semhist.kernel.errors import ConfigError, InputError
+from semhist.indexers.loader import build_thread, check_request, content_size, resolve_zone
+from semhist.kernel.model import Message, content_text
+from semhist.kernel.settings import Budget, Settings
+from semhist.indexers.store import StoredMessage, check_thread_id, thread_id_for
+from semhist.kernel.tokens import count_messages
 
 from ..history import History
 from ..pipeline import get_strategy

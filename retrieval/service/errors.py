@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from indexers.errors import BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError
+from semhist.kernel.errors import BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError
 
 log = logging.getLogger("semhist.service")
 

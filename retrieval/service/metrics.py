@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from indexers.errors import BackendError, missing_extra
+from semhist.kernel.errors import BackendError, missing_extra
 
 # seconds: appends take milliseconds, context tens of ms, an LLM answer seconds
 BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)

@@ -14,8 +14,8 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexers.errors import SemhistError, missing_extra
-from indexers.settings import Settings
+from semhist.kernel.errors import SemhistError, missing_extra
+from semhist.kernel.settings import Settings
 
 try:  # at import, so a server without it refuses to start instead of failing every chat request
     import httpx

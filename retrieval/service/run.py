@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from indexers.errors import ConfigError, missing_extra
-from indexers.index.faiss_index import one_native_thread
-from indexers.settings import Settings
-from indexers.store.postgres import redact
+from semhist.kernel.errors import ConfigError, missing_extra
+from semhist.indexers.index.faiss_index import one_native_thread
+from semhist.kernel.settings import Settings
+from semhist.indexers.store.postgres import redact
 
 log = logging.getLogger("semhist.service")
 
@@ -59,7 +59,7 @@ def serve(settings: Settings, overrides: Mapping[str, Any], *, host: str, port: 
     for stale in Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or "/nonexistent").glob("*.db"):
         stale.unlink()  # figures of an earlier run would be added to this one's
     log.info("store %s; %d worker(s) on http://%s:%d", redact(settings.db_url), workers, host, port)
-    uvicorn.run("retrieval.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
+    uvicorn.run("semhist.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
                 access_log=access_log, log_level="info", timeout_graceful_shutdown=10,
                 # longer than a bot's pause between turns and a load balancer's idle timeout (60 s):
                 # closing sooner races with the client reusing the connection

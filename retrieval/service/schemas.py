@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-from indexers.store.records import THREAD_ID
+from semhist.indexers.store.records import THREAD_ID
 
 from ..history.facade import MAX_KEY
 from ..pipeline import STRATEGIES

@@ -12,8 +12,8 @@ from typing import Any
 import hashlib
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from indexers.errors import ConfigError
-from indexers.settings import Settings
+from semhist.kernel.errors import ConfigError
+from semhist.kernel.settings import Settings
 
 OPENAI_URL = "https://api.openai.com/v1"
 

@@ -1,0 +1,104 @@
+"""The house rules, checked on the import graph: one installed name, a kernel at the bottom, the
+write path and the store never reaching up into the query path or the front ends."""
+
+from __future__ import annotations
+
+import ast
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import semhist
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+, as CI
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"semhist": ROOT / "retrieval", "semhist.indexers": ROOT / "indexers"}
+
+
+def module_name(path: Path) -> str:
+    """The installed name of a source file (retrieval/ is `semhist`, indexers/ `semhist.indexers`)."""
+    for name, folder in sorted(FOLDERS.items(), key=lambda kv: -len(kv[0])):
+        if path.is_relative_to(folder):
+            parts = [name, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise ValueError(path)
+
+
+def sources() -> list[Path]:
+    return sorted(p for folder in FOLDERS.values() for p in folder.rglob("*.py"))
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import of a source file, relative ones resolved."""
+    inside = any(path.is_relative_to(folder) for folder in FOLDERS.values())
+    name = module_name(path) if inside else ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found += [(node.lineno, module if node.module else f"{module}.{a.name}") for a in node.names]
+    return found
+
+
+@lru_cache(maxsize=1)
+def graph() -> dict[str, list[tuple[int, str]]]:
+    return {module_name(p): [(line, m) for line, m in imported(p) if m.split(".")[0] == "semhist"]
+            for p in sources()}
+
+
+def within(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def test_pyproject_installs_every_package_and_only_under_semhist():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {module_name(p) for p in sources() if p.name == "__init__.py"}
+    assert set(config["packages"]) == on_disk
+    assert {k: ROOT / v for k, v in config["package-dir"].items()} == FOLDERS
+
+
+def test_no_code_imports_the_folders_by_their_own_names():
+    """`retrieval` and `indexers` are folders, not installed names: an import of them works only
+    from the repository's root, never for a user."""
+    scanned = [*sources(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
+               *(ROOT / ".ci").glob("*.py")]
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {m}" for p in scanned for line, m in imported(p)
+           if m.split(".")[0] in ("retrieval", "indexers")]
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                tree = ast.parse("".join(line for line in cell["source"] if not line.startswith(("%", "!"))))
+                bad += [f"{nb.name} imports {a.name}" for node in ast.walk(tree) if isinstance(node, ast.Import)
+                        for a in node.names if a.name.split(".")[0] in ("retrieval", "indexers")]
+                bad += [f"{nb.name} imports {node.module}" for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and node.level == 0
+                        and (node.module or "").split(".")[0] in ("retrieval", "indexers")]
+    assert not bad
+
+
+def test_the_kernel_imports_nothing_above_it():
+    bad = [f"{m}:{line} imports {t}" for m, targets in graph().items() if within(m, "semhist.kernel")
+           for line, t in targets if not within(t, "semhist.kernel")]
+    assert not bad
+
+
+def test_the_write_path_and_store_never_import_the_query_path_or_front_ends():
+    bad = [f"{m}:{line} imports {t}" for m, targets in graph().items() if within(m, "semhist.indexers")
+           for line, t in targets if not (within(t, "semhist.indexers") or within(t, "semhist.kernel"))]
+    assert not bad
+
+
+def test_one_import_gives_the_public_api():
+    for name in ("History", "Engine", "Settings", "Budget", "SemhistError", "InputError", "Message",
+                 "Thread", "load"):
+        assert name in semhist.__all__
+    undocumented = [n for n in semhist.__all__ if not isinstance(getattr(semhist, n), (str, tuple, dict))
+                    and not (getattr(semhist, n).__doc__ or "").strip()]
+    assert not undocumented
