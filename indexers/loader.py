@@ -16,7 +16,7 @@ from typing import Any
 
 from semhist.kernel.errors import InputError
 from semhist.kernel.model import MAX_MESSAGE_CHARS, Message, Query, Thread
-from semhist.kernel.validate import MAX_DEPTH, BadField, check_request, content_size, message, parse_timestamp
+from semhist.kernel.validate import MAX_DEPTH, BadField, check_request, content_size, message, parse_timestamp, resolve_zone
 
 __all__ = ["LoadResult", "Problem", "build_thread", "check_request", "content_size", "load", "loads",
            "parse_timestamp", "resolve_zone"]
@@ -53,15 +53,6 @@ class LoadResult:
             ids = ", ".join(t.id for t in self.threads[:10])
             raise InputError(f"the file holds {len(self.threads)} threads ({ids}...); choose one with --thread")
         return self.threads[0]
-
-
-def resolve_zone(name: str) -> tzinfo:
-    from dateutil import tz
-
-    zone = timezone.utc if name.upper() == "UTC" else tz.gettz(name)
-    if zone is None:
-        raise InputError(f"unknown time zone {name!r} (use an IANA name such as Asia/Tokyo)")
-    return zone
 
 
 def build_thread(thread_id: str, raw_messages: Any, *, zone: tzinfo, lenient: bool,
@@ -145,6 +136,7 @@ def _parse_json(text: str, where: str) -> Any:
 
 def loads(text: str, *, source: str = "<input>", zone: tzinfo = timezone.utc,
           lenient: bool = False, max_chars: int = MAX_MESSAGE_CHARS) -> LoadResult:
+    """A history from text in any format `load` reads; `source` names it in error messages."""
     text = text.removeprefix("\ufeff")
     stripped = text.lstrip()
     if not stripped:

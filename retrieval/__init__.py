@@ -18,11 +18,12 @@ from .kernel.errors import (
 )
 from .kernel.model import Block, Message, Query, Thread
 from .kernel.settings import Budget, LLMConfig, Settings
-from .indexers.loader import load
+from .indexers.loader import build_thread, load, loads
 from .pipeline import NEEDS_LLM, STRATEGIES, AskResult, get_strategy
+from .pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 
 __all__ = [
-    "AskResult", "BackendError", "Block", "Budget", "ConfigError", "Engine", "History",
+    "ANSWER_GUIDANCE", "AskResult", "BackendError", "Block", "Budget", "ConfigError", "Engine", "History",
     "IndexMismatchError", "InputError", "LLMConfig", "Message", "NEEDS_LLM", "NotFoundError", "Query",
-    "STRATEGIES", "SemhistError", "Settings", "Thread", "TooLongError", "get_strategy", "load",
+    "STRATEGIES", "SemhistError", "Settings", "Thread", "TooLongError", "answer_reminder", "build_thread", "get_strategy", "load", "loads",
 ]

@@ -13,7 +13,7 @@ from semhist.kernel.errors import ConfigError
 from semhist.kernel.model import Message
 from semhist.kernel.settings import LLMConfig, Settings
 from semhist.indexers.store import StoredMessage
-from semhist.pipeline.assemble import end_with_turn
+from semhist.kernel.model import end_with_turn
 from semhist.service.chat import first_unseen
 from semhist.service.upstream import StreamReply, reply_of, upstream_of
 

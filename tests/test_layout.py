@@ -102,3 +102,32 @@ def test_one_import_gives_the_public_api():
     undocumented = [n for n in semhist.__all__ if not isinstance(getattr(semhist, n), (str, tuple, dict))
                     and not (getattr(semhist, n).__doc__ or "").strip()]
     assert not undocumented
+
+
+FRONT_ENDS = ("semhist.cli", "semhist.service", "semhist.agent", "semhist.integrations")
+# What a front end may import besides the public API (`semhist`), the kernel and the front ends:
+# the presentation of results they share, and what the CLI's commands run.
+FRONT_END_MAY_USE = {
+    "semhist.render": "every front end shows results the same way",
+    "semhist.llm": "the LLM clients and the packaged model server (`semhist llm-server`)",
+    "semhist.evaluate": "`semhist eval`",
+    "semhist.scoring": "`semhist eval --answer`",
+    "semhist.segscore": "`semhist eval --segments`",
+    "semhist.stats": "`semhist stats`",
+}
+
+
+def test_front_ends_use_only_the_public_api_and_the_kernel():
+    """The CLI, the service, the agent and the adapters reach the engine the way a user's code
+    does: through `import semhist` (plus the kernel), so one request takes one path whichever
+    front end it comes from, and the internals can move without breaking them."""
+    allowed = ("semhist.kernel", *FRONT_ENDS, *FRONT_END_MAY_USE)
+
+    def ok(target: str) -> bool:
+        parent, _, name = target.rpartition(".")
+        return (target == "semhist" or (parent == "semhist" and name in semhist.__all__)
+                or any(within(target, room) for room in allowed))
+
+    bad = [f"{m}:{line} imports {t}" for m, targets in graph().items()
+           if any(within(m, room) for room in FRONT_ENDS) for line, t in targets if not ok(t)]
+    assert not bad

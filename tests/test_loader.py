@@ -4,7 +4,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from semhist.kernel.errors import InputError
-from semhist.indexers.loader import load, loads, parse_timestamp, resolve_zone
+from semhist.indexers.loader import load, loads, parse_timestamp
+from semhist.kernel.validate import resolve_zone
 from tests.conftest import SAMPLES
 
 UTC = timezone.utc

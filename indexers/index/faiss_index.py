@@ -3,7 +3,6 @@ ids, exact (flat) or approximate (HNSW). FAISS errors surface as BackendError.""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -55,19 +54,6 @@ class _OneBlasThread:
 # One BLAS thread for the product: a second one costs more than it saves on a busy 2-core
 # machine, and it spins on after the product, slowing everything else the request does.
 ONE_BLAS_THREAD = _OneBlasThread()
-
-
-def one_native_thread() -> None:
-    """For servers (`semhist serve`, `semhist agent`), which answer on several request threads
-    and workers already: BLAS and OpenMP pools of their own on top spin on the same cores
-    (100 bots on 2 cores: the query embedding took 40% of a worker, latency went to seconds).
-    One thread each: the variables for libraries loaded later and for worker processes,
-    threadpoolctl for those loaded now."""
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(name, "1")
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
 
 
 _SEARCHING = threading.local()

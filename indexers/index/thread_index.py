@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..lexical import BM25, ScanBM25
-from semhist.kernel.model import Block, Message, Thread
+from semhist.kernel.model import Block, Message, Thread, as_message
 from ..segment import Segmenter
 from ..store.records import Key, Marker, StoredBlock, StoredMessage
 from semhist.kernel.tokens import count_message
@@ -37,12 +37,6 @@ class Derivation(Protocol):
 
     def value(self, index: ThreadIndex) -> Any:
         """What the query stages read."""
-
-
-def as_message(stored: StoredMessage) -> Message:
-    """A stored message in the pipeline's form: its index is its store id."""
-    return Message(stored.id, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
-                   stored.tool_call_id, stored.verbatim)
 
 
 class ThreadIndex:

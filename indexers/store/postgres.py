@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from semhist.kernel.errors import BackendError, missing_extra
+from semhist.kernel.settings import redact
 from .forget import TABLES as VACUUMED
 from .rows import INSERT
 from .sql import SQLStore
@@ -135,13 +136,3 @@ class PostgresStore(SQLStore):
         if conn is not None:
             conn.close()
             self._local.conn = None
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for error messages and logs."""
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    if parsed.password:
-        return url.replace(f":{parsed.password}@", ":***@")
-    return url

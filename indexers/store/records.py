@@ -1,38 +1,16 @@
-"""The records that cross the store's interface, and thread-id validation."""
+"""The records that cross the store's interface (thread ids and stored messages are the kernel's)."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from semhist.kernel.errors import BackendError, InputError
-
-# Teams conversation ids look like "19:abc@thread.v2" or "a:1Xyz;messageid=12"; anything with a
-# slash, a backslash, whitespace or ".." is refused, so an id can never walk out of a directory.
-THREAD_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:;@=+\-]{0,255}$")
-
-Key = tuple[float, int]  # (sort_ts, id): a message's place in its thread
-
-
-def check_thread_id(thread_id: str) -> str:
-    if not isinstance(thread_id, str) or not THREAD_ID.fullmatch(thread_id) or ".." in thread_id:
-        raise InputError(f"invalid thread id {thread_id!r}: use 1-256 characters from A-Z a-z 0-9 _ . : ; @ = + -, "
-                         "starting with a letter, digit or _, and no '..'")
-    return thread_id
-
-
-def thread_id_for(name: str, prefix: str = "conv-") -> str:
-    """The stored thread for an outside name (a Teams conversation id, an OpenAI `user`): the
-    name itself when the store accepts it, else a stable digest of it (names with '|', '/', spaces)."""
-    try:
-        return check_thread_id(name)
-    except InputError:
-        return prefix + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+from semhist.kernel.errors import BackendError
+from semhist.kernel.ids import check_thread_id, thread_id_for  # noqa: F401  (the store's interface)
+from semhist.kernel.model import Key, StoredMessage  # noqa: F401  (the store's interface)
 
 
 class StaleRules(BackendError):
@@ -55,28 +33,6 @@ class NewMessage:
     vector: np.ndarray | None = field(default=None, compare=False)
     tokens: int = 0  # what the message costs in a prompt
     verbatim: dict[str, Any] | None = field(default=None, compare=False)  # see Message.verbatim
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    id: int  # global arrival order
-    thread_id: str
-    role: str
-    content: str
-    timestamp: datetime | None
-    sort_ts: float
-    name: str | None = None
-    tool_calls: tuple[dict[str, Any], ...] | None = None
-    tool_call_id: str | None = None
-    terms: tuple[str, ...] = ()
-    block_no: int | None = None
-    vector: np.ndarray | None = field(default=None, compare=False)
-    tokens: int = 0
-    verbatim: dict[str, Any] | None = field(default=None, compare=False)
-
-    @property
-    def key(self) -> Key:
-        return (self.sort_ts, self.id)
 
 
 @dataclass(frozen=True)

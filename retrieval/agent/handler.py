@@ -16,8 +16,8 @@ from semhist.kernel.errors import SemhistError
 from semhist.kernel.settings import Budget
 
 from .. import render
-from ..history import History
-from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
+from semhist import History
+from semhist import ANSWER_GUIDANCE, answer_reminder
 from .memory import NO_STORE, thread_id_for
 
 FORGET = re.compile(r"\s*/forget\s*", re.IGNORECASE)

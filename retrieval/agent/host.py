@@ -15,7 +15,7 @@ from typing import Any
 from semhist.kernel.errors import ConfigError, SemhistError, missing_extra
 from semhist.kernel.settings import Settings
 
-from ..history import History
+from semhist import History
 
 log = logging.getLogger("semhist.agent")
 
@@ -102,7 +102,7 @@ def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> N
         log.warning("anonymous: no authentication (local development); listening on %s only", host)
         # said once here rather than by the SDK on every turn
         logging.getLogger("microsoft_agents.hosting.core.connector.client.user_token_client").setLevel(logging.ERROR)
-    from semhist.indexers.index.faiss_index import one_native_thread
+    from semhist.kernel.runtime import one_native_thread
 
     one_native_thread()
     history = History(settings)
@@ -114,6 +114,6 @@ def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> N
 
 
 def _redacted(url: str) -> str:
-    from semhist.indexers.store.postgres import redact
+    from semhist.kernel.settings import redact
 
     return redact(url)

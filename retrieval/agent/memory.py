@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from semhist.kernel.errors import SemhistError
-from semhist.indexers.store import thread_id_for
+from semhist.kernel.ids import thread_id_for
 
-from ..history import History
+from semhist import History
 
 log = logging.getLogger("semhist.agent")
 

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from semhist.kernel.errors import BackendError, ConfigError, InputError
-from semhist.indexers.loader import load
+from semhist import load
 from semhist.kernel.settings import Budget, Settings
 
 from .. import render
-from ..pipeline import STRATEGIES
+from semhist import STRATEGIES
 
 log = logging.getLogger("semhist")
 
@@ -66,14 +66,14 @@ def _results(args: argparse.Namespace, settings: Settings, strategies: list[str]
     """Results for a file or a stored thread, and the object to close."""
     path, request = _target(args)
     if path is None:
-        from ..history import History
+        from semhist import History
 
         history = History(settings)
         if len(strategies) == 1:
             return [history.ask(args.thread, request, strategy=strategies[0], budget=_budget(args),
                                 answer=getattr(args, "answer", False))], history
         return history.compare(args.thread, request, strategies, budget=_budget(args)), history
-    from ..engine import Engine
+    from semhist import Engine
 
     thread = load_thread(path, args.thread, settings)
     index = getattr(args, "index", None)
@@ -134,7 +134,7 @@ def _warn_if_starved(results) -> None:
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
-    from ..engine import Engine
+    from semhist import Engine
     from ..evaluate import evaluate, sample_queries
     from ..scoring import make_judge
 
@@ -171,7 +171,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def _eval_segmentation(args: argparse.Namespace, settings: Settings, threads) -> int:
     from tqdm import tqdm
 
-    from ..engine import Engine
+    from semhist import Engine
     from ..segscore import evaluate_segmentation, gold_starts
 
     gold = gold_starts(args.dataset)
@@ -191,7 +191,7 @@ def _eval_segmentation(args: argparse.Namespace, settings: Settings, threads) ->
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
-    from ..engine import Engine
+    from semhist import Engine
 
     thread = load_thread(args.file, args.thread, settings)
     engine = Engine(settings, store=args.out)

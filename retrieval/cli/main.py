@@ -11,7 +11,7 @@ from collections.abc import Callable
 from semhist.kernel.errors import SemhistError
 from semhist.kernel.settings import CACHE, EMBED, INPUT, SEGMENT, STORE, WRITE, Settings
 
-from ..pipeline import STRATEGIES
+from semhist import STRATEGIES
 from . import files, serving, stored
 from .options import ASKING, FILES, READING, SERVING, WRITING, add_settings, settings_from
 

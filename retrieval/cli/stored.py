@@ -10,14 +10,14 @@ from datetime import datetime, timezone
 
 from semhist.kernel.errors import InputError, NotFoundError
 from semhist.kernel.settings import Settings
-from semhist.indexers.store import check_thread_id
+from semhist.kernel.ids import check_thread_id
 
 from .. import render
 from .files import load_thread, read_request
 
 
 def _history(settings: Settings):
-    from ..history import History
+    from semhist import History
 
     return History(settings)
 

@@ -26,11 +26,13 @@ from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.index.vectors import ThreadVectors
 from semhist.indexers.ingest import IngestResult, Ingestor, cutoff, source_key
 from semhist.indexers.lexical import TERMS_VERSION
-from semhist.indexers.loader import build_thread, check_request, resolve_zone
+from semhist.indexers.loader import build_thread
+from semhist.kernel.ids import MAX_KEY, check_thread_id
+from semhist.kernel.validate import check_request, resolve_zone
 from semhist.kernel.model import Thread
 from semhist.indexers.segment import get_segmenter
 from semhist.kernel.settings import Budget, Settings
-from semhist.indexers.store import Marker, SQLStore, StoredMessage, check_thread_id, open_store
+from semhist.indexers.store import Marker, SQLStore, StoredMessage, open_store
 
 from ..llm import LLMClient, make_llm
 from ..memory import Memory, check_llm, memory_needs
@@ -45,7 +47,6 @@ from .views import Reach, candidate_view, end_view, reach_for
 log = logging.getLogger("semhist.history")
 
 RETENTION_CHECK_S = 60.0
-MAX_KEY = 512  # characters of a caller's message id (Teams ids are under 100)
 
 
 class History(Maintenance):

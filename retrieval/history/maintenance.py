@@ -12,9 +12,9 @@ from semhist.kernel.errors import BackendError, InputError, NotFoundError
 from semhist.indexers.index import manifest as manifests
 from semhist.indexers.ingest import cutoff
 from semhist.kernel.model import embedding_text
-from semhist.indexers.store import StoredMessage, check_thread_id
+from semhist.kernel.ids import check_thread_id
+from semhist.kernel.model import StoredMessage, as_message
 
-from semhist.indexers.index.thread_index import as_message
 
 
 log = logging.getLogger(__name__)

@@ -8,16 +8,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 from semhist.kernel.errors import InputError
-from semhist.indexers.index.thread_index import as_message
-from semhist.indexers.loader import check_request
+from semhist.kernel.model import as_message
+from semhist.kernel.validate import check_request
 from semhist.kernel.model import api_name
 from semhist.kernel.settings import Budget
-from semhist.indexers.store import StoredMessage
+from semhist.kernel.model import StoredMessage
 
-from ..history import History
-from ..history.facade import MAX_KEY
-from ..pipeline import AskResult
-from ..pipeline.assemble import end_with_turn
+from semhist import History
+from semhist.kernel.ids import MAX_KEY
+from semhist import AskResult
+from semhist.kernel.model import end_with_turn
 
 # Messages handed out carry this prefix and their store id. Handed back (a graph state seeded
 # from the stored thread), they are known by it and not stored a second time.

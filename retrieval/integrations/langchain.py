@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from semhist.kernel.errors import InputError, missing_extra
-from semhist.indexers.store import check_thread_id
+from semhist.kernel.ids import check_thread_id
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -29,7 +29,7 @@ except ImportError as exc:
 
 from semhist.kernel.model import content_text
 
-from ..history import History
+from semhist import History
 from . import _shared
 from ._shared import BudgetLike
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from semhist.kernel.errors import InputError, missing_extra
-from semhist.indexers.store import check_thread_id
+from semhist.kernel.ids import check_thread_id
 
 try:
     from llama_index.core.base.llms.types import (CachePoint, ChatMessage, TextBlock, ThinkingBlock,
@@ -32,8 +32,8 @@ except ImportError as exc:
 
 from semhist.kernel.model import content_text
 
-from ..history import History
-from ..pipeline.assemble import said
+from semhist import History
+from semhist.kernel.model import said
 from . import _shared
 
 # Where a prompt that left out the last exchanges is reported (LlamaIndex logs through

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROLES = ("system", "user", "assistant", "tool")
 # Roles that mean one of ours: OpenAI's `developer` is the operator's instruction (a system
@@ -190,3 +193,54 @@ def embedding_text(msg: Message) -> str:
     name people ("what did Caroline research?"); measured on LoCoMo it lifts recall."""
     text = message_text(msg)
     return f"{msg.name}: {text}" if msg.name else text
+
+
+Key = tuple[float, int]  # (sort_ts, id): a stored message's place in its thread
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int  # global arrival order
+    thread_id: str
+    role: str
+    content: str
+    timestamp: datetime | None
+    sort_ts: float
+    name: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = None
+    tool_call_id: str | None = None
+    terms: tuple[str, ...] = ()
+    block_no: int | None = None
+    vector: np.ndarray | None = field(default=None, compare=False)
+    tokens: int = 0
+    verbatim: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> Key:
+        return (self.sort_ts, self.id)
+
+
+def as_message(stored: StoredMessage) -> Message:
+    """A stored message in the pipeline's form: its index is its store id."""
+    return Message(stored.id, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
+                   stored.tool_call_id, stored.verbatim)
+
+
+def said(message: Mapping[str, Any]) -> tuple:
+    """What a message said, whatever form it came in: role, text, tool call ids. Tool calls
+    and results are known by their ids alone (in a masked thread the stored text differs)."""
+    calls = tuple(c.get("id") for c in message.get("tool_calls") or ())
+    text = "" if calls or message.get("tool_call_id") else content_text(message.get("content"))
+    return message.get("role"), text, message.get("tool_call_id"), calls
+
+
+def end_with_turn(messages: list[dict[str, Any]], turn: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The prompt with the current turn (the request and the tool calls and results after it)
+    at its end, whole and as given. A tight budget may have dropped part of it, and a model
+    that does not see its own tool results calls the tools again; the stored copies at the
+    prompt's end are taken off first, so nothing is sent twice."""
+    ours = {said(m) for m in turn}
+    out = list(messages)
+    while out and out[-1]["role"] != "system" and said(out[-1]) in ours:
+        out.pop()
+    return out + [dict(m) for m in turn]

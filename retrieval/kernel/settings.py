@@ -309,3 +309,13 @@ class Budget:
 
     def __str__(self) -> str:
         return f"{self.value * 100:g}%" if self.relative else f"{int(self.value)}"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@")
+    return url

@@ -246,3 +246,12 @@ def message(raw: Any, index: int, zone: tzinfo, max_chars: int = MAX_MESSAGE_CHA
             raise BadField("timestamp", str(exc)) from exc
     return Message(index, role, content, stamp, name,
                    tuple(dict(c) for c in tool_calls) if tool_calls else None, tool_call_id, verbatim or None)
+
+
+def resolve_zone(name: str) -> tzinfo:
+    from dateutil import tz
+
+    zone = timezone.utc if name.upper() == "UTC" else tz.gettz(name)
+    if zone is None:
+        raise InputError(f"unknown time zone {name!r} (use an IANA name such as Asia/Tokyo)")
+    return zone

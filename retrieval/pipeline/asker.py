@@ -49,6 +49,7 @@ ANSWER_REMINDER = {
 
 
 def answer_reminder(request: str) -> str:
+    """The short reminder of ANSWER_GUIDANCE put just before the request, in its language."""
     return ANSWER_REMINDER["ja" if is_japanese(request) else "en"]
 
 

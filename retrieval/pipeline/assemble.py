@@ -7,7 +7,7 @@ The system prompt is never trimmed or retrieved.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -215,26 +215,6 @@ def pair_tool_messages(turns: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     if calls_dropped:
         notes.append(f"left out {calls_dropped} tool call(s) whose result is not in the prompt")
     return out, notes
-
-
-def end_with_turn(messages: list[dict[str, Any]], turn: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The prompt with the current turn (the request and the tool calls and results after it)
-    at its end, whole and as given. A tight budget may have dropped part of it, and a model
-    that does not see its own tool results calls the tools again; the stored copies at the
-    prompt's end are taken off first, so nothing is sent twice."""
-    ours = {said(m) for m in turn}
-    out = list(messages)
-    while out and out[-1]["role"] != "system" and said(out[-1]) in ours:
-        out.pop()
-    return out + [dict(m) for m in turn]
-
-
-def said(message: Mapping[str, Any]) -> tuple:
-    """What a message said, whatever form it came in: role, text, tool call ids. Tool calls
-    and results are known by their ids alone (in a masked thread the stored text differs)."""
-    calls = tuple(c.get("id") for c in message.get("tool_calls") or ())
-    text = "" if calls or message.get("tool_call_id") else content_text(message.get("content"))
-    return message.get("role"), text, message.get("tool_call_id"), calls
 
 
 def _as_parts(content: Any) -> list[dict[str, Any]]:

@@ -23,12 +23,12 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from semhist.kernel.errors import BackendError, ConfigError, InputError, NotFoundError
-from semhist.indexers.loader import content_size
+from semhist.kernel.validate import content_size
 from semhist.kernel.settings import Budget, Settings
 
 from .. import render
-from ..history import History
-from ..history.facade import MAX_KEY
+from semhist import History
+from semhist.kernel.ids import MAX_KEY
 from . import errors
 from .errors import TooLarge, Unauthorized
 from .metrics import Timing, metrics

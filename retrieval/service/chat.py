@@ -24,15 +24,16 @@ from datetime import datetime, timezone
 from typing import Any
 
 from semhist.kernel.errors import ConfigError, InputError
-from semhist.indexers.loader import build_thread, check_request, content_size, resolve_zone
+from semhist import build_thread
+from semhist.kernel.validate import check_request, content_size, resolve_zone
 from semhist.kernel.model import Message, content_text
 from semhist.kernel.settings import Budget, Settings
-from semhist.indexers.store import StoredMessage, check_thread_id, thread_id_for
+from semhist.kernel.ids import check_thread_id, thread_id_for
 from semhist.kernel.tokens import count_messages
 
-from ..history import History
-from ..pipeline import get_strategy
-from ..pipeline.assemble import end_with_turn
+from semhist import History
+from semhist import get_strategy
+from semhist.kernel.model import StoredMessage, end_with_turn
 from .errors import TooLarge
 
 THREAD_HEADER = "x-semhist-thread"

@@ -22,7 +22,7 @@ try:  # at import, so a server without it refuses to start instead of failing ev
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise missing_extra("httpx", "service") from exc
 
-from ..history import History
+from semhist import History
 from . import chat
 from .errors import UpstreamError, UpstreamTimeout
 from .metrics import metrics

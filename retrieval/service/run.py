@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from semhist.kernel.errors import ConfigError, missing_extra
-from semhist.indexers.index.faiss_index import one_native_thread
+from semhist.kernel.runtime import one_native_thread
 from semhist.kernel.settings import Settings
-from semhist.indexers.store.postgres import redact
+from semhist.kernel.settings import redact
 
 log = logging.getLogger("semhist.service")
 

@@ -6,10 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-from semhist.indexers.store.records import THREAD_ID
+from semhist.kernel.ids import MAX_KEY, THREAD_ID
 
-from ..history.facade import MAX_KEY
-from ..pipeline import STRATEGIES
+from semhist import STRATEGIES
 
 THREAD_ID_PATTERN = THREAD_ID.pattern  # the store's own rule, so the API cannot drift from it
 
