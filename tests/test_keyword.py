@@ -19,7 +19,7 @@ def test_local_extractor_drops_meta_words(request_text, expected):
 
 
 def test_a_request_of_meta_words_alone_has_no_keyword():
-    # it was the whole request: the meta-phrase README says is never searched
+    # it was the whole request: the meta-phrase the Strategies guide says is never searched
     assert local_keywords("履歴を要約して") == ()
 
 

@@ -107,7 +107,7 @@ def local_keywords(request: str) -> tuple[str, ...]:
     """Keywords without an LLM: janome noun phrases for Japanese, the content runs of Chinese
     and the word stems of Korean, content words for English (and Latin words in any).
     A request made only of meta-words, time words and instructions about the answer has
-    none: 「の に話した内容をまとめてください。」 searched is the meta-phrase README says is not."""
+    none: 「の に話した内容をまとめてください。」 searched is the meta-phrase docs/guides/strategies.md says is not."""
     request = without_answer_form(request)
     lang = language(request)
     latin = [w for w in _EN_WORD.findall(request) if w.lower() not in EN_STOP]
