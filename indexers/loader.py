@@ -14,9 +14,9 @@ from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
-from semhist.kernel.errors import InputError
+from semhist.kernel.errors import InputError, TooLargeError
 from semhist.kernel.model import MAX_MESSAGE_CHARS, Message, Query, Thread
-from semhist.kernel.validate import MAX_DEPTH, BadField, check_request, content_size, message, parse_timestamp, resolve_zone
+from semhist.kernel.validate import MAX_DEPTH, BadField, TooLargeField, check_request, content_size, message, parse_timestamp, resolve_zone
 
 __all__ = ["LoadResult", "Problem", "build_thread", "check_request", "content_size", "load", "loads",
            "parse_timestamp", "resolve_zone"]
@@ -74,7 +74,8 @@ def build_thread(thread_id: str, raw_messages: Any, *, zone: tzinfo, lenient: bo
         except BadField as bad:
             problem = Problem(thread_id, i, bad.field, bad.reason)
             if not lenient:
-                raise InputError(str(problem) + hint, index=i, field=bad.field) from None
+                error = TooLargeError if isinstance(bad, TooLargeField) else InputError
+                raise error(str(problem) + hint, index=i, field=bad.field) from None
             problems.append(problem)
             continue
         last_time = msg.timestamp or last_time

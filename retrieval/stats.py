@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from semhist.indexers.store import SQLStore
+from semhist.indexers.store import StoreReader
 
 
 def _p(values: list[float], q: float) -> float | None:
@@ -60,7 +60,7 @@ def _figures(turns: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def stats(store: SQLStore, thread_id: str | None = None) -> dict[str, Any]:
+def stats(store: StoreReader, thread_id: str | None = None) -> dict[str, Any]:
     turns = store.turns(thread_id)
     by_thread: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in turns:

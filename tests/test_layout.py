@@ -131,3 +131,38 @@ def test_front_ends_use_only_the_public_api_and_the_kernel():
     bad = [f"{m}:{line} imports {t}" for m, targets in graph().items()
            if any(within(m, room) for room in FRONT_ENDS) for line, t in targets if not ok(t)]
     assert not bad
+
+
+BACKEND = {"close", "migrate", "applied_migrations", "dialect", "placeholder", "types", "url"}
+READ_ONLY = ["retrieval/history/states.py", "retrieval/history/timeview.py", "retrieval/history/views.py",
+             "retrieval/stats.py", "indexers/index/vectors.py"]
+
+
+def protocol_members(protocol: type) -> set[str]:
+    return {n for n in vars(protocol) if not n.startswith("_")}
+
+
+def test_the_store_interface_is_split_by_what_callers_need(tmp_path):
+    """Every public member of SQLStore belongs to exactly one of reader, writer, forgetter (or is
+    the backend's own: connection, migrations), and SQLStore satisfies all three."""
+    from semhist.indexers.store import SQLStore, StoreForgetter, StoreReader, StoreWriter, open_store
+
+    groups = [protocol_members(p) for p in (StoreReader, StoreWriter, StoreForgetter)] + [BACKEND]
+    public = {n for n in dir(SQLStore) if not n.startswith("_")}
+    assert sorted(public - set().union(*groups)) == []
+    assert sum(len(g) for g in groups) == len(set().union(*groups))  # no member in two groups
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    assert all(isinstance(store, p) for p in (StoreReader, StoreWriter, StoreForgetter))
+    store.close()
+
+
+@pytest.mark.parametrize("path", READ_ONLY)
+def test_code_typed_as_a_store_reader_only_reads(path):
+    """What these modules call on a store is StoreReader's: they cannot write or forget."""
+    from semhist.indexers.store import StoreReader
+
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+              and ((isinstance(node.value, ast.Name) and node.value.id == "store")
+                   or (isinstance(node.value, ast.Attribute) and node.value.attr in ("store", "_store")))}
+    assert called and called <= protocol_members(StoreReader), called - protocol_members(StoreReader)

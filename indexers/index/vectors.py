@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from semhist.kernel.errors import IndexMismatchError, SemhistError
-from ..store import Marker, SQLStore, check_thread_id
+from ..store import Marker, StoreReader, check_thread_id
 from .faiss_index import FLAT, HNSW, FaissIndex
 
 log = logging.getLogger("semhist.vectors")
@@ -33,7 +33,7 @@ BATCH = 20_000
 
 
 class ThreadVectors:
-    def __init__(self, store: SQLStore, thread_id: str, directory: Path, embedder_id: str, dim: int,
+    def __init__(self, store: StoreReader, thread_id: str, directory: Path, embedder_id: str, dim: int,
                  ann_threshold: int = 50_000, submit: Callable | None = None):
         self.store, self.thread_id = store, check_thread_id(thread_id)
         self.embedder_id, self.dim, self.ann_threshold = embedder_id, dim, ann_threshold

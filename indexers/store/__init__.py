@@ -14,12 +14,13 @@ from urllib.parse import unquote, urlparse
 
 from semhist.kernel.errors import ConfigError
 from .migrations import MIGRATIONS
+from .protocols import StoreForgetter, StoreReader, StoreWriter
 from .records import (AppendResult, Changes, StaleRules, ClosedBlock, Key, Marker, NewMessage, NoteRecord, StoredBlock,
                       StoredMessage, SummaryRecord, ThreadInfo, check_thread_id, thread_id_for)
 from .sql import SQLStore
 
 __all__ = ["MIGRATIONS", "AppendResult", "Changes", "ClosedBlock", "Key", "Marker", "NewMessage", "NoteRecord",
-           "SQLStore", "StaleRules", "StoredBlock", "StoredMessage", "SummaryRecord", "ThreadInfo", "check_thread_id",
+           "SQLStore", "StaleRules", "StoreForgetter", "StoreReader", "StoreWriter", "StoredBlock", "StoredMessage", "SummaryRecord", "ThreadInfo", "check_thread_id",
            "thread_id_for", "open_store", "STORES"]
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.index.vectors import ThreadVectors
 from semhist.indexers.segment import Segmenter
-from semhist.indexers.store import AppendResult, Marker, SQLStore
+from semhist.indexers.store import AppendResult, Marker, StoreReader
 
 from .views import ClosedMessages
 
@@ -48,7 +48,7 @@ class Entry:
 
 
 class ThreadStates:
-    def __init__(self, store: SQLStore, dim: int, segmenter: Segmenter, view_limit: int,
+    def __init__(self, store: StoreReader, dim: int, segmenter: Segmenter, view_limit: int,
                  make_vectors: Callable[[str], ThreadVectors], max_threads: int, max_bytes: int):
         self.store, self.dim, self.segmenter, self.view_limit = store, dim, segmenter, view_limit
         self._make_vectors = make_vectors

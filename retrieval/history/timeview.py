@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from semhist.indexers.store import SQLStore, StoredBlock, StoredMessage
+from semhist.indexers.store import StoreReader, StoredBlock, StoredMessage
 
 from ..pipeline.timerange import TimeRange
 
@@ -21,7 +21,7 @@ CARRIED_BLOCKS = 32  # blocks read after the time's own to find where its conver
 AROUND_BLOCKS = 8  # blocks of the conversation just before it and of the one just after
 
 
-def conversation_blocks(store: SQLStore, thread_id: str, span: TimeRange, timed: Sequence[StoredMessage],
+def conversation_blocks(store: StoreReader, thread_id: str, span: TimeRange, timed: Sequence[StoredMessage],
                         gap_seconds: float | None) -> list[int]:
     """Block numbers, in order: the closed blocks of `timed` (the messages of the time `span`)
     and, for a day or an hour, the blocks after them up to the end of the last one's

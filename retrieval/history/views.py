@@ -27,7 +27,7 @@ from semhist.kernel.model import Thread
 from semhist.indexers.index.vectors import ThreadVectors
 from semhist.indexers.segment import Segmenter, TimeGapSegmenter
 from semhist.kernel.settings import Budget
-from semhist.indexers.store import Marker, SQLStore, StoredMessage
+from semhist.indexers.store import Marker, StoreReader, StoredMessage
 from semhist.kernel.tokens import count_message
 
 from ..pipeline.asker import BUDGETED, Asker
@@ -54,7 +54,7 @@ class ClosedMessages:
         self._held: OrderedDict[int, StoredMessage] = OrderedDict()
         self._lineage: tuple[str, int] | None = None
 
-    def get(self, store: SQLStore, thread_id: str, ids: set[int], marker: Marker) -> list[StoredMessage]:
+    def get(self, store: StoreReader, thread_id: str, ids: set[int], marker: Marker) -> list[StoredMessage]:
         if self._lineage != (marker.uid, marker.generation):
             self._held.clear()
             self._lineage = (marker.uid, marker.generation)
@@ -76,7 +76,7 @@ class ClosedMessages:
         return len(self._held) * 700
 
 
-def candidate_view(store: SQLStore, vectors: ThreadVectors, cache: ClosedMessages, marker: Marker,
+def candidate_view(store: StoreReader, vectors: ThreadVectors, cache: ClosedMessages, marker: Marker,
                    query: np.ndarray | None, keywords: KeywordResult | None, dim: int,
                    segmenter: Segmenter, recent: int = RECENT_VIEW) -> ThreadIndex:
     """`recent`: the newest messages wanted whole (at least `RECENT_VIEW`)."""
@@ -102,14 +102,14 @@ def candidate_view(store: SQLStore, vectors: ThreadVectors, cache: ClosedMessage
     return index
 
 
-def _dense_blocks(store: SQLStore, vectors: ThreadVectors, query: np.ndarray) -> list[int]:
+def _dense_blocks(store: StoreReader, vectors: ThreadVectors, query: np.ndarray) -> list[int]:
     _, hits = vectors.search(query, CANDIDATE_HITS)
     owners = store.block_of(vectors.thread_id, [int(i) for i in hits])
     ranked = dict.fromkeys(owners[int(i)] for i in hits if owners.get(int(i)) is not None)
     return [b for b in ranked if b >= 0][:DENSE_BLOCKS]  # best-ranked first
 
 
-def _vectors(store: SQLStore, vectors: ThreadVectors, stored: list[StoredMessage]) -> dict[int, np.ndarray]:
+def _vectors(store: StoreReader, vectors: ThreadVectors, stored: list[StoredMessage]) -> dict[int, np.ndarray]:
     """Vectors come from the FAISS index in memory, not as 2 KB blobs over the wire; what it
     does not hold yet (stored by another process a moment ago) is read from the store."""
     searchable = [m.id for m in stored if m.role != "system"]
@@ -157,7 +157,7 @@ def reach_for(asker: Asker, name: str, budget: Budget | None, request: str, mark
     return Reach(messages=s.recent + 1 if name in BUDGETED else 0, tokens=tokens, share=share)
 
 
-def end_view(store: SQLStore, thread_id: str, marker: Marker, reach: Reach) -> ThreadIndex:
+def end_view(store: StoreReader, thread_id: str, marker: Marker, reach: Reach) -> ThreadIndex:
     """The newest messages of a thread past `view_limit`, as far back as `reach`, and every
     operator instruction: built like a candidate view, never searched."""
     wanted = marker.tokens if reach.tokens is None else min(reach.tokens, marker.tokens)

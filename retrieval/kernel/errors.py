@@ -27,6 +27,11 @@ class NotFoundError(InputError):
     """The thread or message named does not exist (or was forgotten)."""
 
 
+class TooLargeError(InputError):
+    """A message or request past a size limit (`SEMHIST_MAX_MESSAGE_CHARS` and the service's
+    body and batch limits): the service answers 413."""
+
+
 class TooLongError(InputError):
     """The thread is too long for what was asked of it (every message of a thread past what
     one prompt could hold); the message names what to ask instead."""

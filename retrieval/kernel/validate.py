@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone, tzinfo
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, TooLargeError
 from .model import MAX_MESSAGE_CHARS, ROLE_ALIASES, ROLES, Message
 
 
@@ -28,6 +28,10 @@ class BadField(ValueError):
         super().__init__(reason)
         self.field = field_name
         self.reason = reason
+
+
+class TooLargeField(BadField):
+    """A field past the size limit: the loader raises TooLargeError for it."""
 
 
 # Nesting deeper than any chat message needs. A file nested deeper than Python's recursion
@@ -179,7 +183,7 @@ def check_request(request: Any, max_chars: int = MAX_MESSAGE_CHARS, what: str = 
     if problem:
         raise InputError(f"the {what} is {problem}", field=what.replace(" ", "_"))
     if len(request) > max_chars:
-        raise InputError(f"the {what} has {len(request):,} characters; the most is {max_chars:,} "
+        raise TooLargeError(f"the {what} has {len(request):,} characters; the most is {max_chars:,} "
                          "(raise it with --max-message-chars or SEMHIST_MAX_MESSAGE_CHARS)",
                          field=what.replace(" ", "_"))
     return request
@@ -225,7 +229,7 @@ def message(raw: Any, index: int, zone: tzinfo, max_chars: int = MAX_MESSAGE_CHA
     verbatim.update(parts or {})
     size = content_size(raw.get("content")) + calls_size
     if size > max_chars:
-        raise BadField("content", f"{size:,} characters; the most a message may hold is {max_chars:,} "
+        raise TooLargeField("content", f"{size:,} characters; the most a message may hold is {max_chars:,} "
                               "(raise it with --max-message-chars or SEMHIST_MAX_MESSAGE_CHARS)")
     tool_call_id = raw.get("tool_call_id")
     if role == "tool" and not isinstance(tool_call_id, str):

@@ -12,7 +12,6 @@ import numpy as np
 from semhist.indexers.embed import Embedder
 from semhist.kernel.errors import BackendError, ConfigError
 from semhist.indexers.index.thread_index import ThreadIndex
-from semhist.indexers.loader import check_request
 from semhist.indexers.lexical import is_japanese
 from semhist.kernel.model import Thread
 from semhist.kernel.settings import Budget, Settings
@@ -121,8 +120,7 @@ class Asker:
             memory: MemoryResult | None = None, as_stored: str | None = None) -> AskResult:
         """Build the prompt for `request` with one strategy; `as_stored` is the request as a
         masked thread stores it (so a bot that stored it first does not send it twice)."""
-        s = self.settings
-        check_request(request, s.max_message_chars)
+        s = self.settings  # the request was checked where it came in (History.compare)
         strat = get_strategy(strategy)
         full = self.full_tokens(index, request)
         limit = self.limit(index, request, strategy, budget)

@@ -14,14 +14,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from semhist.kernel.errors import BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError
+from semhist.kernel.errors import (
+    BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError, TooLargeError,
+)
 
 log = logging.getLogger("semhist.service")
 
 TOO_LARGE = 413
 
 
-class TooLarge(InputError):
+class TooLarge(TooLargeError):
     """A request past one of the service's size limits."""
 
 
@@ -40,7 +42,7 @@ class UpstreamTimeout(UpstreamError):
 # most specific first
 STATUS: list[tuple[type[SemhistError], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
-    (TooLarge, TOO_LARGE, "too_large"),
+    (TooLargeError, TOO_LARGE, "too_large"),
     (NotFoundError, 404, "not_found"),
     (IndexMismatchError, 409, "conflict"),
     (UpstreamTimeout, 504, "upstream_timeout"),
