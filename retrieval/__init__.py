@@ -14,7 +14,8 @@ internals.
 from .engine import Engine
 from .history import History
 from .kernel.errors import (
-    BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError, TooLongError,
+    BackendError, ConfigError, IndexMismatchError, InputError, NotFoundError, SemhistError, TooLargeError,
+    TooLongError,
 )
 from .kernel.model import Block, Message, Query, Thread
 from .kernel.settings import Budget, LLMConfig, Settings
@@ -25,5 +26,5 @@ from .pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 __all__ = [
     "ANSWER_GUIDANCE", "AskResult", "BackendError", "Block", "Budget", "ConfigError", "Engine", "History",
     "IndexMismatchError", "InputError", "LLMConfig", "Message", "NEEDS_LLM", "NotFoundError", "Query",
-    "STRATEGIES", "SemhistError", "Settings", "Thread", "TooLongError", "answer_reminder", "build_thread", "get_strategy", "load", "loads",
+    "STRATEGIES", "SemhistError", "Settings", "Thread", "TooLargeError", "TooLongError", "answer_reminder", "build_thread", "get_strategy", "load", "loads",
 ]
