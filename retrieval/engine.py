@@ -58,11 +58,11 @@ class Engine:
 
     @property
     def embedder(self):
-        return self.history.embedder
+        return self.history.parts.embedder
 
     @property
     def llm(self) -> LLMClient | None:
-        return self.history.llm
+        return self.history.parts.llm
 
     @property
     def store(self) -> SQLStore:
@@ -101,7 +101,7 @@ class Engine:
         return thread_id
 
     def _check_manifest(self, thread_id: str) -> None:
-        found = manifests.mismatch(self.store.manifest(thread_id), self.history.wanted_manifest, self.settings)
+        found = manifests.mismatch(self.store.manifest(thread_id), self.history.parts.wanted_manifest, self.settings)
         if found:
             what, flag, stored, wanted = found
             raise IndexMismatchError(f"this index was built with {what}; ask with {flag} {stored}, or build it "
@@ -116,7 +116,7 @@ class Engine:
     def keywords(self, request: str, thread: Thread | None = None) -> KeywordResult:
         """What to search for; relative dates resolve against the thread's last message."""
         anchor = next((m.timestamp for m in reversed(thread.messages) if m.timestamp), None) if thread else None
-        return self.history.asker.keywords(request, anchor)
+        return self.history.parts.asker.keywords(request, anchor)
 
     def ask(self, thread: Thread, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             keywords: KeywordResult | None = None, answer: bool = False) -> AskResult:

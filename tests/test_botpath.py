@@ -50,10 +50,10 @@ def test_appends_update_the_state_and_asks_only_read_it(make_history):
         assert result.prompt.messages[-2]["content"] == f"turn {turn}: is the flaky test fixed?"
         h.add("bot", "assistant", f"answer {turn}", timestamp=last + timedelta(seconds=20 * turn + 5))
     assert calls.counts == {"load": 0, "changes": 0}  # its own writes were applied, nothing read again
-    assert h.states.loads == 1
+    assert h.parts.states.loads == 1
     index = h.index("bot")
     assert len(index) == 360 and [b.message_ids for b in index.blocks] == \
-        [b.message_ids for b in h.states._load("bot").blocks]  # the same as reading the thread afresh
+        [b.message_ids for b in h.parts.states._load("bot").blocks]  # the same as reading the thread afresh
 
 
 def test_another_process_writes_are_caught_up_by_adding_them(make_history):
@@ -65,7 +65,7 @@ def test_another_process_writes_are_caught_up_by_adding_them(make_history):
         writer.add("bot", "user", f"the offsite moved to Kyoto, note {i}", timestamp=T0 + timedelta(days=1, minutes=i))
     result = reader.ask("bot", "where is the team offsite?")
     assert "the offsite moved to Kyoto, note 4" in _prompt_text(result)
-    assert calls.counts == {"load": 0, "changes": 1} and reader.states.loads == 1
+    assert calls.counts == {"load": 0, "changes": 1} and reader.parts.states.loads == 1
 
 
 def test_a_message_that_sorts_before_the_newest_is_placed_by_time(make_history):
@@ -84,13 +84,13 @@ def test_per_thread_state_is_bounded(make_history):
     for i in range(8):
         h.ingest(f"t{i}", Thread(f"t{i}", tuple(_chat(300, T0, seed=i))))
         h.ask(f"t{i}", "budget for Q3?")
-        assert len(h.states) <= 3
-    one = h.states.nbytes / len(h.states)
+        assert len(h.parts.states) <= 3
+    one = h.parts.states.nbytes / len(h.parts.states)
     tiny = make_history(cache_mb=max(1, int(2.5 * one / 2**20)))
     for i in range(8):
         tiny.ask(f"t{i}", "budget for Q3?")
-        assert tiny.states.nbytes <= tiny.settings.cache_mb * 2**20 or len(tiny.states) == 1
-    assert len(tiny.states) <= 3
+        assert tiny.parts.states.nbytes <= tiny.settings.cache_mb * 2**20 or len(tiny.parts.states) == 1
+    assert len(tiny.parts.states) <= 3
     assert tiny.ask("t0", "budget for Q3?").prompt.selection.retrieved  # evicted threads come back from the store
 
 
@@ -109,7 +109,7 @@ def test_a_forgotten_thread_used_again_is_a_new_thread_everywhere(make_history, 
     assert not any(m.content in text for m in ramen.messages if len(m.content) > 8)
     bot.close()
     if view_limit < len(ramen.messages):
-        path = bot._thread_vectors("x").path
+        path = bot.parts.thread_vectors("x").path
         assert not path.exists() or json.loads(path.open("rb").readline())["thread_uid"] == \
             other.store.marker("x").uid  # no file ever holds the forgotten vectors
 
@@ -160,7 +160,7 @@ def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):
     span = base[-1].timestamp - base[0].timestamp + timedelta(days=1)
     msgs = [Message(i, m.role, m.content, m.timestamp + (i // len(base)) * span, m.name)
             for i, m in enumerate(base * copies)][:7990]
-    real = h.ingestor.embedder
+    real = h.parts.ingestor.embedder
 
     class Ready:  # hands the ingest those real vectors, in order
         id, dim, pos = real.id, real.dim, 0
@@ -169,9 +169,9 @@ def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):
             out = np.vstack([vectors[(Ready.pos + i) % len(base)] for i in range(len(texts))])
             Ready.pos += len(texts)
             return out
-    h.ingestor.embedder = Ready()
+    h.parts.ingestor.embedder = Ready()
     h.ingest("big", Thread("big", tuple(msgs)))
-    h.ingestor.embedder = real
+    h.parts.ingestor.embedder = real
     h.ask("big", "What did Caroline research?")
     tv = h.vectors("big")
     assert tv.wait(120) and tv.kind == "flat" and tv.size == 7990

@@ -47,8 +47,8 @@ def test_append_costs_one_embedding_and_never_touches_closed_blocks(make_history
     msgs = _chat(300, datetime(2026, 1, 1, tzinfo=timezone.utc))
     h.ingest("t", Thread("t", tuple(msgs)))
     closed = h.store.blocks("t")
-    counter = CountingEmbedder(h.ingestor.embedder)
-    h.ingestor.embedder = counter
+    counter = CountingEmbedder(h.parts.ingestor.embedder)
+    h.parts.ingestor.embedder = counter
     tail_sizes = []
     for i in range(20):
         h.add("t", "user", f"follow-up {i} about the deploy", timestamp=msgs[-1].timestamp + timedelta(seconds=30 * (i + 1)))
@@ -84,7 +84,7 @@ def test_no_query_ever_returns_another_threads_text(make_history):
     for _ in range(40):
         t = rng.choice(threads)
         request = f"what did we say about the {rng.choice(words)}?"
-        vector = h.embedder.embed([request])[0]
+        vector = h.parts.embedder.embed([request])[0]
         assert all(m.content.startswith(f"[{t}]") for m, _ in h.search(t, vector, k=50))
         result = h.ask(t, request, log_turn=False)
         text = "\n".join(str(m["content"]) for m in result.prompt.messages)
@@ -103,15 +103,15 @@ def test_forget_removes_text_vectors_cache_and_files(make_history, ramen):
     path = tv.path
     assert path.exists()
     texts = [m.content for m in ramen.messages]
-    h.embedder.embed(texts)  # as a file ask would have cached them
+    h.parts.embedder.embed(texts)  # as a file ask would have cached them
     h.forget("a")
     assert not path.exists() and h.store.count("a") == 0 and not h.store.has_thread("a")
-    assert not h.embedder.cache.get_many([cache_key(h.embedder.id, PASSAGE, texts[3])], h.embedder.dim)
+    assert not h.parts.embedder.cache.get_many([cache_key(h.parts.embedder.id, PASSAGE, texts[3])], h.parts.embedder.dim)
     with pytest.raises(InputError):
         h.ask("a", RAMEN_REQUEST)
     assert h.store.count("b") == len(ramen.messages)  # other threads untouched
     h.add("a", "user", "a new start")  # the id can be used again, as a new thread
-    assert h.store.manifest("a")["embedder"] == h.embedder.id and h.store.count("a") == 1
+    assert h.store.manifest("a")["embedder"] == h.parts.embedder.id and h.store.count("a") == 1
 
 
 def test_forget_messages_and_before_a_date(make_history, ramen):
@@ -119,7 +119,7 @@ def test_forget_messages_and_before_a_date(make_history, ramen):
     h.ingest("a", ramen)
     target = next(m for m in h.store.messages("a") if "すみれ" in m.content)
     h.forget("a", ids=[target.id])
-    vector = h.embedder.embed(["すみれの味噌ラーメン"])[0]
+    vector = h.parts.embedder.embed(["すみれの味噌ラーメン"])[0]
     assert all(m.id != target.id for m, _ in h.search("a", vector, k=100))
     text = "\n".join(str(m["content"]) for m in h.ask("a", "すみれについて教えて").prompt.messages)
     assert target.content not in text
@@ -147,7 +147,7 @@ def test_pii_is_masked_before_storing_and_embedding(make_history):
     h.add("p", "user", "連絡先は taro@example.jp と 090-1234-5678、カードは 4111 1111 1111 1111 です")
     (stored,) = h.store.messages("p", with_vectors=True)
     assert stored.content == "連絡先は [EMAIL] と [PHONE]、カードは [CARD] です"
-    expected = h.embedder.embed([stored.content])[0]
+    expected = h.parts.embedder.embed([stored.content])[0]
     assert np.allclose(stored.vector, expected, atol=1e-5)
     h.ask("p", "メールは taro@example.jp で合ってる？")
     assert h.log("p")[-1]["request"] == "メールは [EMAIL] で合ってる？"  # the turn log is masked too
@@ -218,7 +218,7 @@ def test_reindex_tokenizes_a_thread_stored_by_older_rules_again(make_history, ca
         h.add("zh", role, text)
     # as an older version left it: no terms for Chinese text, a manifest without a terms version
     stored = h.store.messages("zh", with_vectors=True)
-    h.store.set_derived("zh", [(m.id, m.vector, ()) for m in stored], h.embedder.id)
+    h.store.set_derived("zh", [(m.id, m.vector, ()) for m in stored], h.parts.embedder.id)
     old = {k: v for k, v in h.store.manifest("zh").items() if k != "terms"}
     h.store.put_manifest("zh", old)
     with caplog.at_level(logging.WARNING, logger="semhist.history"):
@@ -237,7 +237,7 @@ def test_reindex_tokenizes_a_thread_stored_by_older_rules_again(make_history, ca
 def test_a_replica_never_returns_what_another_forgot(make_history, ramen):
     writer, reader = make_history(), make_history()
     writer.ingest("a", ramen)
-    vector = reader.embedder.embed(["すみれの味噌ラーメン"])[0]
+    vector = reader.parts.embedder.embed(["すみれの味噌ラーメン"])[0]
     (top, _), *_ = reader.search("a", vector, k=5)  # the reader's index is loaded and warm
     writer.forget("a", ids=[top.id])
     assert all(m.id != top.id for m, _ in reader.search("a", vector, k=100))

@@ -166,3 +166,11 @@ def test_code_typed_as_a_store_reader_only_reads(path):
               and ((isinstance(node.value, ast.Name) and node.value.id == "store")
                    or (isinstance(node.value, ast.Attribute) and node.value.attr in ("store", "_store")))}
     assert called and called <= protocol_members(StoreReader), called - protocol_members(StoreReader)
+
+
+def test_the_facade_stays_small_enough_to_read_in_one_sitting():
+    """History holds what a bot does (add, ask, forget, ...); the parts it wires live in
+    `History.parts`, made on first use, so the facade does not grow a member per part."""
+    public = [n for n in dir(semhist.History) if not n.startswith("_")]
+    assert len(public) <= 16, public
+    assert len((ROOT / "retrieval" / "history" / "facade.py").read_text(encoding="utf-8").splitlines()) <= 350

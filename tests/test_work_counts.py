@@ -72,7 +72,7 @@ def teams_thread(n: int, seed: int = 7) -> list[dict]:
 
 def _append_and_ask(h, thread_id: str, budget: Budget):
     h.ask(thread_id, REQUEST, budget=budget)  # state loaded, query embedded
-    if h.states.peek(thread_id).vectors is not None:  # a long thread's FAISS index is built in the background
+    if h.parts.states.peek(thread_id).vectors is not None:  # a long thread's FAISS index is built in the background
         assert h.vectors(thread_id).wait(300)
         h.ask(thread_id, REQUEST, budget=budget)
     h.add_many(thread_id, [{"role": "user", "name": "Hanako Sato", "id": "1:new",

@@ -99,7 +99,7 @@ class SemhistAgent:
             return f"Sorry, I could not read this conversation's history: {exc}"
         except asyncio.TimeoutError:
             return f"Sorry, reading this conversation's history took longer than {self.timeout * 2:g} s."
-        llm = self.history.llm
+        llm = self.history.parts.llm
         if llm is None:
             found = sources_text("The answer would be built from", [
                 _stretch(b["message_indices"][0], b["message_indices"][-1], b["score"], b["start"], b["end"])

@@ -107,9 +107,9 @@ def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> N
     one_native_thread()
     history = History(settings)
     app = build_app(history, anonymous=anonymous)
-    history.embedder.embed(["warm up"], "query")
+    history.parts.embedder.embed(["warm up"], "query")
     log.info("agent at http://%s:%d/api/messages; store %s; LLM %s", host, port, _redacted(settings.db_url),
-             history.llm.model if history.llm else "none configured (replies say so)")
+             history.parts.llm.model if history.parts.llm else "none configured (replies say so)")
     _sdk()["web"].run_app(app, host=host, port=port, print=None)
 
 

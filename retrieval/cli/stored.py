@@ -118,7 +118,7 @@ def cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
             with tqdm(total=history.store.count(thread_id), desc=f"re-embedding {thread_id}", unit="msg",
                       file=sys.stderr, disable=args.quiet) as bar:
                 n = history.reindex(thread_id, progress=bar.update)
-            print(f"{thread_id}: {n} messages embedded with {history.embedder.id}, segmented again, index rebuilt")
+            print(f"{thread_id}: {n} messages embedded with {history.parts.embedder.id}, segmented again, index rebuilt")
     finally:
         history.close()
     return 0

@@ -3,7 +3,7 @@ store, forget on request, and log what every prompt was built from.
 
 Writes go to the store and update this process's state of the thread; asks read that state
 (one marker read tells whether another process wrote). Files take the same path through a
-store of their own (`retrieval.Engine`).
+store of their own (`semhist.Engine`). The parts it wires are made in parts.py.
 """
 
 from __future__ import annotations
@@ -11,36 +11,33 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
 from semhist.kernel.errors import InputError, NotFoundError
 from semhist.indexers.index import manifest as manifests
 from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.index.vectors import ThreadVectors
-from semhist.indexers.ingest import IngestResult, Ingestor, cutoff, source_key
+from semhist.indexers.ingest import IngestResult, cutoff, source_key
 from semhist.indexers.lexical import TERMS_VERSION
 from semhist.indexers.loader import build_thread
 from semhist.kernel.ids import MAX_KEY, check_thread_id
 from semhist.kernel.validate import check_request, resolve_zone
 from semhist.kernel.model import Thread
-from semhist.indexers.segment import get_segmenter
 from semhist.kernel.settings import Budget, Settings
-from semhist.indexers.store import Marker, SQLStore, StoredMessage, open_store
+from semhist.indexers.store import Marker, SQLStore, StoredMessage
 
-from ..llm import LLMClient, make_llm
+from ..llm import LLMClient
 from ..memory import Memory, check_llm, memory_needs
 from ..pipeline import AskResult, Asker, get_strategy
 from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 from ..pipeline.assemble import floor_cost
 from .maintenance import Maintenance
-from .states import Entry, ThreadStates
+from .parts import Parts
+from .states import Entry
 from .turns import turn_record
 from .views import Reach, candidate_view, end_view, reach_for
 
@@ -57,65 +54,12 @@ class History(Maintenance):
     def __init__(self, settings: Settings | None = None, *, store: SQLStore | None = None,
                  llm: LLMClient | None | str = "auto", cache_writes: bool = False):
         self.settings = settings or Settings.load()
-        self._store = store
-        self._llm_arg = llm
-        self._cache_writes = cache_writes  # files: vectors of what is stored go to the embedding cache too
+        self.parts = Parts(self.settings, store=store, llm=llm, cache_writes=cache_writes)
 
-    # -- the parts, made on first use ------------------------------------------------------
-    @cached_property
+    @property
     def store(self) -> SQLStore:
-        return self._store or open_store(self.settings.db_url)
-
-    @cached_property
-    def llm(self) -> LLMClient | None:
-        return make_llm(self.settings.llm) if self._llm_arg == "auto" else self._llm_arg  # type: ignore[return-value]
-
-    @cached_property
-    def embedder(self) -> CachedEmbedder:
-        """Embeds requests (and, for files, messages) through the content-hash cache. Only
-        files keep it on disk: a bot's requests are new every time, and writing each one to a
-        file all processes share made every ask of a service wait for the others' writes."""
-        path = self.settings.cache_dir / "embeddings.sqlite3" if self._cache_writes else None
-        return CachedEmbedder(get_embedder(self.settings.embedder), EmbeddingCache(path))
-
-    @cached_property
-    def segmenter(self):
-        return get_segmenter(self.settings.segmenter, **self.settings.segment_params)
-
-    @cached_property
-    def ingestor(self) -> Ingestor:
-        s = self.settings
-        # The store keeps every vector of a stored thread, so its writes skip the embedding
-        # cache: forgetting then has one place to erase.
-        embedder = self.embedder if self._cache_writes else get_embedder(s.embedder)
-        return Ingestor(self.store, embedder, self.segmenter, s.pii, s.batch_size)
-
-    @cached_property
-    def asker(self) -> Asker:
-        return Asker(self.settings, self.embedder, self.llm)
-
-    @cached_property
-    def memory(self) -> Memory:
-        return Memory(self.store, self.llm, self.settings)
-
-    @cached_property
-    def _executor(self) -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="semhist-index")
-
-    @cached_property
-    def states(self) -> ThreadStates:
-        s = self.settings
-        return ThreadStates(self.store, self.embedder.dim, self.segmenter, s.view_limit, self._thread_vectors,
-                            s.cache_threads, s.cache_mb * 2**20)
-
-    def _thread_vectors(self, thread_id: str) -> ThreadVectors:
-        s = self.settings
-        return ThreadVectors(self.store, thread_id, s.index_dir, self.embedder.id, self.embedder.dim,
-                             s.ann_threshold, submit=self._executor.submit)
-
-    @cached_property
-    def wanted_manifest(self) -> dict[str, Any]:
-        return manifests.manifest(self.settings, self.embedder.id, self.embedder.dim)
+        """The store: the source of truth for every thread (SQLite or PostgreSQL)."""
+        return self.parts.store
 
     # -- writes --------------------------------------------------------------------------
     def ingest(self, thread_id: str, thread: Thread, progress: Callable[[int], None] | None = None) -> IngestResult:
@@ -160,14 +104,14 @@ class History(Maintenance):
 
     def _write(self, thread_id: str, messages, keys, progress=None) -> IngestResult:
         check_thread_id(thread_id)
-        entry = self.states.entry(thread_id)
+        entry = self.parts.states.entry(thread_id)
         manifest = self._verify(entry, create=True)
-        result = self.ingestor.append(thread_id, messages, keys, progress, manifest=manifest)
+        result = self.parts.ingestor.append(thread_id, messages, keys, progress, manifest=manifest)
         if manifest is not None and not result.added:  # all stored before: the thread exists, ours is newer
             self.store.put_manifest(thread_id, manifest)
         entry.verified = True
         for write in result.writes:
-            self.states.after_write(thread_id, write)
+            self.parts.states.after_write(thread_id, write)
         self._retention(entry)
         return result
 
@@ -177,17 +121,17 @@ class History(Maintenance):
         if entry.verified:
             return None
         stored = self.store.manifest(entry.thread_id)
-        manifests.check(stored, self.wanted_manifest, entry.thread_id, self.settings)
+        manifests.check(stored, self.parts.wanted_manifest, entry.thread_id, self.settings)
         if stored is not None and manifests.terms_version(stored) < TERMS_VERSION:
             # its asks still work; text the old rules cut otherwise (Chinese, Korean) misses the lexical side
             log.warning("thread %s was tokenized by older rules (terms v%d, now v%d): semhist reindex "
                         "--thread %s tokenizes it again", entry.thread_id, manifests.terms_version(stored),
                         TERMS_VERSION, entry.thread_id)
         entry.verified = stored is not None
-        if create and not manifests.complete(stored, self.wanted_manifest):
+        if create and not manifests.complete(stored, self.parts.wanted_manifest):
             # an older manifest's missing keys are ours, but not our terms: its messages keep theirs
-            return {**self.wanted_manifest, **stored, "terms": manifests.terms_version(stored)} if stored \
-                else self.wanted_manifest
+            return {**self.parts.wanted_manifest, **stored, "terms": manifests.terms_version(stored)} if stored \
+                else self.parts.wanted_manifest
         return None
 
     def _retention(self, entry: Entry) -> None:
@@ -206,11 +150,11 @@ class History(Maintenance):
         date by `states.current` under its lock."""
         marker = self.store.marker(check_thread_id(thread_id))
         if marker is None:
-            dropped = self.states.discard(thread_id)
+            dropped = self.parts.states.discard(thread_id)
             if dropped is not None and dropped.vectors is not None:
                 dropped.vectors.drop()
             raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
-        entry = self.states.entry(thread_id)
+        entry = self.parts.states.entry(thread_id)
         if entry.marker is not None and entry.marker.uid != marker.uid:
             entry.verified = False  # forgotten and started again: another thread under the same id
         self._verify(entry)
@@ -220,7 +164,7 @@ class History(Maintenance):
         """The thread's whole index as it stands (threads up to `view_limit` messages)."""
         entry, marker = self._current(thread_id)
         with entry.lock:
-            self.states.current(entry, marker)
+            self.parts.states.current(entry, marker)
             if entry.index is None:
                 raise InputError(f"thread {thread_id} has {marker.messages} messages, more than view_limit "
                                  f"({self.settings.view_limit}): it is searched through candidate views")
@@ -231,7 +175,7 @@ class History(Maintenance):
         entry, marker = self._current(thread_id)
         with entry.lock:
             if entry.vectors is None:
-                entry.vectors = self._thread_vectors(thread_id).open(marker)
+                entry.vectors = self.parts.thread_vectors(thread_id).open(marker)
             else:
                 entry.vectors.catch_up(marker)
             return entry.vectors
@@ -240,7 +184,7 @@ class History(Maintenance):
         """The k stored messages nearest to a query vector, with their cosine."""
         entry, marker = self._current(thread_id)
         with entry.lock:
-            self.states.current(entry, marker)
+            self.parts.states.current(entry, marker)
             if entry.index is not None:
                 scores, rows = entry.index.vectors.search(vector, k)
                 ids = [entry.index.messages[entry.index.rows[r]].index for r in rows]
@@ -267,7 +211,7 @@ class History(Maintenance):
         prompt itself passes `answer_reminder(request)`, as `answer=True` does)."""
         start = time.perf_counter()
         check_request(request, self.settings.max_message_chars)
-        asker, memory_ = self.asker, self.memory
+        asker, memory_ = self.parts.asker, self.parts.memory
         if answer and system_prompt is None and not self.settings.system_prompt:
             system_prompt, closing = ANSWER_GUIDANCE, answer_reminder(request)
         if system_prompt:
@@ -275,21 +219,21 @@ class History(Maintenance):
         if system_prompt is not None or closing:  # counted in the budget like the configured one
             settings = replace(self.settings, system_prompt=(self.settings.system_prompt if system_prompt is None
                                                              else system_prompt or None))
-            asker = Asker(settings, self.embedder, self.llm, closing)
-            memory_ = Memory(self.store, self.llm, settings, closing)
+            asker = Asker(settings, self.parts.embedder, self.parts.llm, closing)
+            memory_ = Memory(self.store, self.parts.llm, settings, closing)
         names = []
         for name in strategies:
             get_strategy(name)  # an unknown name fails before any work
             needs = memory_needs(name, self.settings)
             if strict:
-                check_llm(needs, self.llm)
-            if self.llm is not None or not needs:
+                check_llm(needs, self.parts.llm)
+            if self.parts.llm is not None or not needs:
                 names.append(name)
         entry, marker = self._current(thread_id)
         if keywords is None and any(get_strategy(n).uses_search for n in names):
             keywords = asker.keywords(request, self._anchor(entry, marker))
         vector = asker.query_vector(keywords) if keywords is not None else None
-        masker = self.ingestor.masker(marker.pii)  # the thread's masking came with its marker
+        masker = self.parts.ingestor.masker(marker.pii)  # the thread's masking came with its marker
         as_stored = masker(request) if masker else None
         out = []
         for name in names:
@@ -321,13 +265,13 @@ class History(Maintenance):
     def _searched(self, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None) -> ThreadIndex:
         """What this request reads: the whole thread, or of a long thread a candidate view
         (searching strategies) or its end as far back as `reach` (the others)."""
-        self.states.current(entry, marker)
+        self.parts.states.current(entry, marker)
         if entry.index is not None:
             return entry.index
         if reach is not None:
             return end_view(self.store, entry.thread_id, marker, reach)
-        return candidate_view(self.store, entry.vectors, entry.closed, marker, vector, keywords, self.embedder.dim,
-                              self.segmenter, recent=self.settings.recent + 1)
+        return candidate_view(self.store, entry.vectors, entry.closed, marker, vector, keywords, self.parts.embedder.dim,
+                              self.parts.segmenter, recent=self.settings.recent + 1)
 
     def _anchor(self, entry: Entry, marker: Marker):
         """The time of the thread's last message: relative dates ("last week") count from it."""
@@ -346,12 +290,7 @@ class History(Maintenance):
 
     def close(self) -> None:
         """Finish background index work and write the FAISS files of long threads."""
-        if "_executor" in self.__dict__:
-            self._executor.shutdown(wait=True)
-        if "states" in self.__dict__:
-            self.states.save_all()
-        if "store" in self.__dict__ and self._store is None:
-            self.store.close()
+        self.parts.close()
 
 
 # -- budgets and what a long thread's view left out ------------------------------------------

@@ -36,19 +36,19 @@ class Maintenance:
         if gone or whole:
             self._purge(thread_id, gone)
             if not whole and self.store.count(thread_id):
-                self.store.resegment(thread_id, self.ingestor.segment_tail)
+                self.store.resegment(thread_id, self.parts.ingestor.segment_tail)
         return len(gone)
 
     def _purge(self: Any, thread_id: str, gone: list[StoredMessage]) -> None:
-        entry = self.states.discard(thread_id)
-        vectors = entry.vectors if entry is not None and entry.vectors is not None else self._thread_vectors(thread_id)
+        entry = self.parts.states.discard(thread_id)
+        vectors = entry.vectors if entry is not None and entry.vectors is not None else self.parts.thread_vectors(thread_id)
         vectors.drop()
-        keys = [cache_key(self.embedder.id, PASSAGE, embedding_text(as_message(m))) for m in gone]
-        self.embedder.cache.delete_many(keys)
+        keys = [cache_key(self.parts.embedder.id, PASSAGE, embedding_text(as_message(m))) for m in gone]
+        self.parts.embedder.cache.delete_many(keys)
         # `semhist ask FILE` caches message vectors on disk; the same texts stored as a thread
         # and forgotten must not stay there
         disk = self.settings.cache_dir / "embeddings.sqlite3"
-        if keys and disk.exists() and self.embedder.cache.path != disk:
+        if keys and disk.exists() and self.parts.embedder.cache.path != disk:
             try:
                 cache = EmbeddingCache(disk)
                 try:
@@ -63,7 +63,7 @@ class Maintenance:
         writes (other processes notice within a minute). Returns how many were forgotten."""
         self._current(thread_id)
         self.store.set_retention(thread_id, days)
-        entry = self.states.peek(thread_id)
+        entry = self.parts.states.peek(thread_id)
         if entry is not None:
             entry.retention_checked = float("-inf")
         if days is None:
@@ -81,7 +81,7 @@ class Maintenance:
         the next read. Summaries, statements and the turn log are kept."""
         if not self.store.has_thread(check_thread_id(thread_id)):
             raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
-        n = self.ingestor.reembed(thread_id, progress)
-        self.store.put_manifest(thread_id, manifests.manifest(self.settings, self.embedder.id, self.embedder.dim))
+        n = self.parts.ingestor.reembed(thread_id, progress)
+        self.store.put_manifest(thread_id, manifests.manifest(self.settings, self.parts.embedder.id, self.parts.embedder.dim))
         self._purge(thread_id, [])
         return n

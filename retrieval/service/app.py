@@ -209,7 +209,7 @@ def _freeze_loaded(request: Request) -> None:
     collection took 0.4 s, and it ran every few seconds under load (the p95 of every route).
     That state lives until evicted and holds no reference cycles (freed by reference counts
     when dropped, measured), so the collector has nothing to find in it."""
-    loads = _history(request).states.loads
+    loads = _history(request).parts.states.loads
     before = getattr(request.app.state, "frozen_at", 0)
     if loads != before:
         request.app.state.frozen_at = loads
@@ -220,7 +220,7 @@ def _freeze_loaded(request: Request) -> None:
 def _warm(history: History) -> None:
     """Load the embedder and open the store before the first request; a store that is down
     now is reported and retried on each request (answered 503 until it is back)."""
-    history.embedder.embed(["warm up"], "query")
+    history.parts.embedder.embed(["warm up"], "query")
     try:
         history.store.totals()
     except BackendError as exc:

@@ -147,7 +147,7 @@ def _store_unseen(history: History, settings: Settings, thread_id: str, conversa
                   parsed: list[Message], current: int) -> int:
     marker = history.store.marker(thread_id)
     stored = history.store.messages(thread_id, last=len(conversation) + REPLIES) if marker is not None else []
-    masker = history.ingestor.masker(marker.pii) if marker is not None else None
+    masker = history.parts.ingestor.masker(marker.pii) if marker is not None else None
     start = first_unseen(stored, parsed, masker)
     if start is None:
         # Nothing lines up with a thread that has messages: the client edited or regenerated
