@@ -28,8 +28,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from llm_request import DATA, LOCOMO_CATEGORIES, RecordedLLM, save
-
 from semhist.indexers.loader import load
 from semhist.kernel.settings import Budget, Settings
 from semhist import Engine
@@ -37,15 +35,11 @@ from semhist.evaluate import evaluate, sample_queries
 from semhist.llm import make_llm
 from semhist.scoring import make_judge
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks"
-FACTS = ROOT / "data" / "samples" / "answer_facts.json"
+from common import JMULTIWOZ, LOCOMO, LOCOMO_CATEGORIES, SAMPLES, RecordedLLM, add_out, facts_named, save
+
+FACTS = SAMPLES / "answer_facts.json"
 ALL = ["full", "window", "token-budget", "summary", "structured", "utterances", "blocks"]
 EVAL_STRATEGIES = ALL
-
-
-def facts_named(answer: str, facts: dict[str, list[str]]) -> list[str]:
-    return [name for name, spellings in facts.items() if any(s in answer for s in spellings)]
 
 
 def samples(settings: Settings, llm, strategies: list[str]) -> dict:
@@ -53,7 +47,7 @@ def samples(settings: Settings, llm, strategies: list[str]) -> dict:
     for file, spec in json.loads(FACTS.read_text(encoding="utf-8")).items():
         if file.startswith("_"):
             continue
-        thread = load(ROOT / "data" / "samples" / file).only()
+        thread = load(SAMPLES / file).only()
         rows = {}
         for name in strategies:
             with tempfile.TemporaryDirectory() as tmp:  # a fresh store: compaction starts from nothing
@@ -119,12 +113,12 @@ def run(args) -> dict:
     strategies = args.strategies or EVAL_STRATEGIES
     if "locomo" in args.parts:
         threads = [replace(t, queries=tuple(q for q in t.queries if q.category in LOCOMO_CATEGORIES))
-                   for t in load(DATA / "locomo.jsonl").threads]
+                   for t in load(LOCOMO).threads]
         threads = [t for t in threads if not args.thread or t.id in args.thread]
         results["locomo"] = benchmark(settings, llm, judge, f"LoCoMo-{args.locomo}",
                                       sample_queries(threads, args.locomo), strategies, args.budget)
     if "jmultiwoz" in args.parts:
-        threads = [t for t in load(DATA / "jmultiwoz_threads.jsonl").threads if not args.thread or t.id in args.thread]
+        threads = [t for t in load(JMULTIWOZ).threads if not args.thread or t.id in args.thread]
         results["jmultiwoz"] = benchmark(settings, llm, None, f"JMultiWOZ-{args.jmultiwoz}",
                                          sample_queries(threads, args.jmultiwoz), strategies, args.budget)
     return results
@@ -175,10 +169,10 @@ def main() -> None:
     parser.add_argument("--budget", default="10%")
     parser.add_argument("--thread", action="append", help="only this thread's questions (repeatable)")
     parser.add_argument("--cache-dir")
-    parser.add_argument("--out", default=str(OUT / "answers"), help="path without suffix for .md/.json")
+    add_out(parser)
     args = parser.parse_args()
     results = run(args)
-    save(results, args.out, markdown)
+    save(results, args.out, "answers", markdown)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ import json
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-HERE = Path(__file__).parent
+from common import add_out, out_file, write_json
 
 CASE = r"""
 import json, resource, sys, time
@@ -61,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250000,1000000,5000000")
     parser.add_argument("--whole-sizes", default="250000", help="sizes also measured in one piece (costly)")
+    add_out(parser)
     args = parser.parse_args()
     rows = []
     for lang in ("ja", "en"):
@@ -71,7 +71,7 @@ def main() -> None:
                     rows.append(run(CASE, str(size), lang, mode, tmp))
                 print(rows[-1], file=sys.stderr)
     pii = run(PII)
-    (HERE / "big_inputs.json").write_text(json.dumps({"cases": rows, "pii": pii}, indent=1))
+    write_json(out_file(args.out, "big_inputs.json"), {"cases": rows, "pii": pii})
     lines = ["# One long message: memory and time", "",
              "`python benchmarks/big_inputs.py`; each row a fresh process (History on SQLite, USE-m3, 2 cores);",
              "growth of peak resident memory after a warm-up; the ask sends (up to 1,000,000 characters of)",
@@ -83,7 +83,7 @@ def main() -> None:
               f"{r['rss_growth_mb']} |" for r in rows]
     lines += ["", f"PII masking (every default rule): {pii['pii_chars']:,} characters in {pii['pii_s']} s, "
                   f"{pii['masked']:,} spans masked."]
-    (HERE / "big_inputs.md").write_text("\n".join(lines) + "\n")
+    (args.out / "big_inputs.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 
 

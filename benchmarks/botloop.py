@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-from scale import ReadyVectors, _fresh_pg, _pct, _rss_mb, corpus  # noqa: E402
+from common import (HOME_CACHE, ROOT, ReadyVectors, add_out, corpus, fresh_pg, out_file, pct, read_json, rss_mb, table,
+                    write_json)
 
 BUDGET = "2000"
 
@@ -56,20 +56,17 @@ def _history(url: str, workdir: Path, cache_dir: Path, **overrides):
 def _bulk(history, thread_id: str, messages, vectors) -> float:
     from semhist.kernel.model import Thread
 
-    real = history.ingestor.embedder
-    history.ingestor.embedder = ReadyVectors(vectors, real.dim, history.embedder.id)
+    real = history.parts.ingestor.embedder
+    history.parts.ingestor.embedder = ReadyVectors(vectors, real.dim, history.parts.embedder.id)
     start = time.perf_counter()
     history.ingest(thread_id, Thread(thread_id, tuple(messages)))
-    history.ingestor.embedder = real
+    history.parts.ingestor.embedder = real
     return time.perf_counter() - start
 
 
 def _anon_mb() -> float:
     """Resident memory the process allocated itself (RSS without the SQLite file pages it maps)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return rss_mb(field="RssAnon")
 
 
 WARM = 1_000  # turns after which caches (SQLite pages, token counts, embeddings) are warm
@@ -132,7 +129,7 @@ def _turns(history, threads: list[str], questions: list[str], texts: list[str], 
     for turn in range(turns):
         if turn == min(WARM, turns // 2):
             gc.collect()
-            warm = (_rss_mb(), _anon_mb())
+            warm = (rss_mb(), _anon_mb())
         thread = threads[turn % len(threads)] if len(threads) == 1 else rng.choice(threads)
         when += timedelta(hours=5) if SHAPE == "teams" and turn % 37 == 36 else timedelta(seconds=30)
         users, reply = _turn_writes(turn, texts, when)
@@ -155,9 +152,9 @@ def _turns(history, threads: list[str], questions: list[str], texts: list[str], 
 
 def _summary(adds, after, without, warm, rss0, rss1) -> dict:
     """rss0/rss1/warm are (resident, anonymous) MB."""
-    return {"add_ms_p50": _pct(adds, 50), "add_ms_p95": _pct(adds, 95),
-            "ask_after_write_ms_p50": _pct(after, 50), "ask_after_write_ms_p95": _pct(after, 95),
-            "ask_no_write_ms_p50": _pct(without, 50), "ask_no_write_ms_p95": _pct(without, 95),
+    return {"add_ms_p50": pct(adds, 50), "add_ms_p95": pct(adds, 95),
+            "ask_after_write_ms_p50": pct(after, 50), "ask_after_write_ms_p95": pct(after, 95),
+            "ask_no_write_ms_p50": pct(without, 50), "ask_no_write_ms_p95": pct(without, 95),
             "after_vs_no_write_p50": round(float(np.median(after) / np.median(without)), 3),
             "rss_start_mb": round(rss0[0]), "rss_warm_mb": round(warm[0]), "rss_end_mb": round(rss1[0]),
             "rss_growth_mb": round(rss1[0] - rss0[0]), "rss_growth_after_warm_mb": round(rss1[0] - warm[0]),
@@ -165,7 +162,7 @@ def _summary(adds, after, without, warm, rss0, rss1) -> dict:
             "anon_growth_after_warm_mb": round(rss1[1] - warm[1])}
 
 
-def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> dict:
+def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int, asks_only: int = 2_000) -> dict:
     messages, vectors, questions = corpus(n, cache_dir)
     messages = teams_shape(messages) if SHAPE == "teams" else messages
     history = _history(url, workdir, cache_dir, **({"view_limit": VIEW_LIMIT} if VIEW_LIMIT else {}))
@@ -177,23 +174,23 @@ def case_one(n: int, url: str, workdir: Path, cache_dir: Path, turns: int) -> di
     embed_ms = []
     for q in questions[:20]:
         t = time.perf_counter()
-        history.embedder.inner.embed([q + " warm"], "query")
+        history.parts.embedder.inner.embed([q + " warm"], "query")
         embed_ms.append((time.perf_counter() - t) * 1000)
     history.ask("bot", questions[0])  # the first ask reads the thread (or its FAISS file) once
-    vectors = history.states.peek("bot").vectors
+    vectors = history.parts.states.peek("bot").vectors
     if vectors is not None:
         vectors.wait()
     gc.collect()
-    rss0 = (_rss_mb(), _anon_mb())
+    rss0 = (rss_mb(), _anon_mb())
     adds, after, without, warm = _turns(history, ["bot"], questions, texts, turns, last)
     gc.collect()
-    rss1 = (_rss_mb(), _anon_mb())
-    asks_only = _asks_only(history, questions, turns)
+    rss1 = (rss_mb(), _anon_mb())
+    asks_only = _asks_only(history, questions, turns, asks_only)
     out = {"case": "one thread", "shape": SHAPE, "messages": n, "backend": url.split(":")[0], "turns": turns,
-           "ingest_s": round(ingest_s, 1), "embed_ms_p50": _pct(embed_ms, 50),
-           "view": _view(n, history.states.peek("bot"), history.settings.view_limit),
+           "ingest_s": round(ingest_s, 1), "embed_ms_p50": pct(embed_ms, 50),
+           "view": _view(n, history.parts.states.peek("bot"), history.settings.view_limit),
            "view_limit": history.settings.view_limit,
-           "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, rss1), **asks_only}
+           "full_loads": history.parts.states.loads, **_summary(adds, after, without, warm, rss0, rss1), **asks_only}
     history.close()
     return out
 
@@ -232,15 +229,16 @@ def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int
     del messages, vectors
     gc.collect()
     history.ask(names[0], questions[0])
-    rss0 = (_rss_mb(), _anon_mb())
+    rss0 = (rss_mb(), _anon_mb())
     adds, after, without, warm = _turns(history, names, questions, texts, turns, last, seed=1)
     gc.collect()
     s = history.settings
     out = {"case": f"{threads} threads x {size}", "shape": SHAPE, "messages": threads * size,
            "backend": url.split(":")[0],
-           "turns": turns, "ingest_s": round(ingest_s, 1), "states_held": len(history.states),
-           "state_mb": round(history.states.nbytes / 2**20, 1), "cache_limit": f"{s.cache_threads} threads / "
-           f"{s.cache_mb} MB", "full_loads": history.states.loads, **_summary(adds, after, without, warm, rss0, (_rss_mb(), _anon_mb()))}
+           "turns": turns, "ingest_s": round(ingest_s, 1), "states_held": len(history.parts.states),
+           "state_mb": round(history.parts.states.nbytes / 2**20, 1), "cache_limit": f"{s.cache_threads} threads / "
+           f"{s.cache_mb} MB", "full_loads": history.parts.states.loads,
+           **_summary(adds, after, without, warm, rss0, (rss_mb(), _anon_mb()))}
     history.close()
     return out
 
@@ -301,9 +299,13 @@ def main() -> None:
                    help="teams: names, keys, tool calls, bursts, pauses (default); plain: the older loop")
     p.add_argument("--view-limit", type=int, help="view_limit of the one-thread cases (default: the "
                    "setting's); whole threads against candidate views at one size")
+    p.add_argument("--asks-only", type=int, default=2_000, help="asks with no write in between after the loop "
+                   "of the one-thread cases (anon_growth_asks_only_mb)")
+    p.add_argument("--many-threads", type=int, default=1000, help="threads of the many-threads case")
+    p.add_argument("--many-size", type=int, default=100, help="messages of each thread of the many-threads case")
     p.add_argument("--workdir", default="/tmp/semhist-botloop")
-    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "botloop"))
+    p.add_argument("--cache-dir", default=str(HOME_CACHE))
+    add_out(p)
     p.add_argument("--one", nargs=3, metavar=("CASE", "N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()
     global SHAPE, VIEW_LIMIT
@@ -311,8 +313,8 @@ def main() -> None:
     work, cache = Path(args.workdir), Path(args.cache_dir)
     if args.one:
         kind, n, url = args.one
-        result = (case_one(int(n), url, work, cache, args.turns) if kind == "one" else
-                  case_many(url, work, cache, args.turns) if kind == "many" else
+        result = (case_one(int(n), url, work, cache, args.turns, args.asks_only) if kind == "one" else
+                  case_many(url, work, cache, args.turns, args.many_threads, args.many_size) if kind == "many" else
                   case_structured(url, work, cache, args.turns, args.lookback))
         print(json.dumps(result))
         return
@@ -320,8 +322,8 @@ def main() -> None:
     cases += [("structured", 6000)] if args.structured else []
     backends = ["sqlite"] + (["postgresql"] if args.pg else [])
     backends = [b for b in backends if args.only in (None, b)]
-    out = Path(args.out + ".json")
-    rows = json.loads(out.read_text()) if out.exists() else []  # a rerun case replaces its row
+    out = out_file(args.out, "botloop.json")
+    rows = read_json(out, [])  # a rerun case replaces its row
     for kind, n in cases:
         for backend in [b for b in backends if b == "sqlite" or kind != "structured"]:
             case_dir = work / f"{kind}-{backend}-{n}"
@@ -329,13 +331,15 @@ def main() -> None:
             case_dir.mkdir(parents=True)
             url = f"sqlite:///{case_dir / 'store.sqlite3'}" if backend == "sqlite" else args.pg
             if backend == "postgresql":
-                _fresh_pg(url)
+                fresh_pg(url)
             turns = (args.structured_turns if kind == "structured" else args.turns if kind == "one" and n <= 10_000
                      else args.long_turns or args.turns)
             print(f"-- {kind} {backend} {n:,} messages, {turns} turns", file=sys.stderr, flush=True)
             done = subprocess.run([sys.executable, __file__, "--one", kind, str(n), url, "--turns", str(turns),
                                    "--lookback", str(args.lookback), "--shape", args.shape,
                                    *(["--view-limit", str(args.view_limit)] if args.view_limit else []),
+                                   "--asks-only", str(args.asks_only), "--many-threads", str(args.many_threads),
+                                   "--many-size", str(args.many_size),
                                    "--workdir", str(case_dir), "--cache-dir", args.cache_dir],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
             if done.returncode:
@@ -344,8 +348,9 @@ def main() -> None:
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows = [r for r in rows if _key(r) != _key(row)] + [row]
             rows.sort(key=lambda r: (r["case"] == "structured", "x" in r["case"], r["messages"], r["backend"] != "sqlite"))
-            out.write_text(json.dumps(rows, indent=1))
-            Path(args.out + ".md").write_text(report(rows, any(r["backend"] == "postgresql" for r in rows)))
+            write_json(out, rows)
+            (args.out / "botloop.md").write_text(report(rows, any(r["backend"] == "postgresql" for r in rows)),
+                                                 encoding="utf-8")
             subprocess.run(["rm", "-rf", str(case_dir)], check=True)
     print(report(rows, any(r["backend"] == "postgresql" for r in rows)))
 
@@ -365,8 +370,7 @@ def report(rows: list[dict], with_pg: bool) -> str:
              f"Machine: {os.cpu_count()} cores. " + " ".join((__doc__ or "").split("\n\n")[2:4]).replace("\n", " "), ""]
     if not with_pg:
         lines += ["PostgreSQL: skipped (no --pg URL given).", ""]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r.get(c, "plain" if c == "shape" else "")) for c in cols) + " |" for r in loop]
+    lines += table(cols, [[r.get(c, "plain" if c == "shape" else "") for c in cols] for r in loop])
     many = [r for r in loop if "states_held" in r]
     lines += [f"\n{r['case']} ({r['backend']}): {r['states_held']} thread states held at the end, "
               f"{r['state_mb']} MB by their own estimate (limit {r['cache_limit']})." for r in many]

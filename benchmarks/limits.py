@@ -21,8 +21,8 @@ writes benchmarks/limits.md and benchmarks/limits.json. Parts:
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,11 +32,12 @@ from semhist.kernel.settings import Budget, Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from common import DATA, JMULTIWOZ, PROBES, add_out, add_subset, out_file, read_json, subset, time_threads, write_json
+
 BUDGETS = ("5%", "10%", "25%")
-CJK = ROOT / "data" / "probes" / "cjk.jsonl"
+CJK = PROBES / "cjk.jsonl"
 PARTS = ("budgets", "untimed", "time", "cjk", "segmentation")
+Read = Callable[[Path], list[Thread]]  # a dataset's threads (all of them, or the --limit/--queries part)
 
 
 def untimed(thread: Thread) -> Thread:
@@ -52,10 +53,10 @@ def recall_rows(engine: Engine, threads: list[Thread], dataset: str) -> dict:
     return out
 
 
-def part_budgets(engine: Engine) -> dict:
+def part_budgets(engine: Engine, read: Read) -> dict:
     out = {}
     for name in ("locomo.jsonl", "jmultiwoz_threads.jsonl"):
-        threads = load(DATA / name).threads
+        threads = read(DATA / name)
         out[name] = recall_rows(engine, threads, name)
         # the most a perfect search could put in the same room: how far a 5% target can be met
         out[f"{name}: the gold alone, shortest first"] = {b: {"all": gold_ceiling(engine, threads, b, "cheapest")}
@@ -63,17 +64,15 @@ def part_budgets(engine: Engine) -> dict:
     return out
 
 
-def part_untimed(engine: Engine) -> dict:
-    return {f"{name} without timestamps": recall_rows(engine, [untimed(t) for t in load(DATA / name).threads],
+def part_untimed(engine: Engine, read: Read) -> dict:
+    return {f"{name} without timestamps": recall_rows(engine, [untimed(t) for t in read(DATA / name)],
                                                      f"{name} untimed")
             for name in ("jmultiwoz_threads.jsonl", "locomo.jsonl")}
 
 
-def part_time(engine: Engine) -> dict:
-    from time_requests import time_threads  # beside this file
-
+def part_time(engine: Engine, read: Read) -> dict:
     out = {}
-    for variant, threads in time_threads(load(DATA / "jmultiwoz_threads.jsonl").threads).items():
+    for variant, threads in time_threads(read(JMULTIWOZ)).items():
         out[f"time requests, {variant}"] = recall_rows(engine, threads, f"time requests ({variant})")
         out[f"time requests, {variant}: the time alone"] = {b: {"all": gold_ceiling(engine, threads, b)}
                                                            for b in BUDGETS}
@@ -120,21 +119,20 @@ def gold_ceiling(engine: Engine, threads: list[Thread], budget: str, order: str 
             "all_evidence_rate": round(sum(complete) / len(complete), 4), "n_queries": len(recall)}
 
 
-def part_cjk(engine: Engine) -> dict:
+def part_cjk(engine: Engine, read: Read) -> dict:
     """Chinese and Korean facts asked back (data/probes/cjk.jsonl, benchmarks/make_probes.py)."""
-    return {"cjk.jsonl (Chinese and Korean probes)": recall_rows(engine, load(CJK).threads, "cjk.jsonl")}
+    return {"cjk.jsonl (Chinese and Korean probes)": recall_rows(engine, read(CJK), "cjk.jsonl")}
 
 
 SEGMENTERS = ("time-gap", "time+topic", "time+tiling")
 
 
-def part_segmentation(engine: Engine) -> dict:
+def part_segmentation(engine: Engine, read: Read) -> dict:
     """Pk / WindowDiff of each segmenter's retrieval units (blocks and their topic sub-segments)
     and of its blocks alone, against the human topic boundaries, beside the baselines."""
     from semhist.segscore import evaluate_segmentation, gold_starts
 
-    sets = {"tiage.jsonl": load(DATA / "tiage.jsonl").threads,
-            "jmultiwoz_threads.jsonl": load(DATA / "jmultiwoz_threads.jsonl").threads}
+    sets = {"tiage.jsonl": read(DATA / "tiage.jsonl"), "jmultiwoz_threads.jsonl": read(JMULTIWOZ)}
     sets["jmultiwoz_threads.jsonl without timestamps"] = [untimed(t) for t in sets["jmultiwoz_threads.jsonl"]]
     out: dict = {}
     for segmenter in SEGMENTERS:
@@ -180,18 +178,23 @@ def markdown(results: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "limits"), help="output path without suffix")
+    add_subset(parser)
+    add_out(parser)
     parser.add_argument("--cache-dir", default=None, help="embedding cache (default: the settings' own)")
     args = parser.parse_args()
     engine = Engine(Settings.load(cache_dir=args.cache_dir), llm=None)
-    out = Path(args.out)
-    results = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
+    out = out_file(args.out, "limits.json")
+    results = read_json(out, {})  # a rerun part replaces its own
+
+    def read(path: Path) -> list[Thread]:
+        return subset(load(path).threads, args.limit, args.queries)
+
     for part in args.parts:
         start = time.perf_counter()
-        results[part] = globals()[f"part_{part}"](engine)
+        results[part] = globals()[f"part_{part}"](engine, read)
         print(f"{part}: {time.perf_counter() - start:.0f} s", flush=True)
-        out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-        out.with_suffix(".md").write_text(markdown(results) + "\n")
+        write_json(out, results, end="\n")
+        (args.out / "limits.md").write_text(markdown(results) + "\n", encoding="utf-8")
     print(markdown(results))
 
 

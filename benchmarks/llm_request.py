@@ -16,12 +16,10 @@ LLM time; delete it to ask the model again. Writes benchmarks/llm_request.md and
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import time
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 from semhist.indexers.loader import load
@@ -31,41 +29,13 @@ from semhist import Engine
 from semhist.evaluate import evaluate, sample_queries
 from semhist.llm import make_llm
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-OUT = ROOT / "benchmarks"
-LOCOMO_CATEGORIES = ("locomo_cat1", "locomo_cat2", "locomo_cat3", "locomo_cat4")
+from common import JMULTIWOZ, LOCOMO, LOCOMO_CATEGORIES, SAMPLES, RecordedLLM, add_out, save
+
 TOPICS = {"hotel": ("ホテル", "the hotel"), "restaurant": ("レストラン", "the restaurant"),
           "shopping": ("買い物", "shopping"), "attraction": ("観光スポット", "sightseeing"),
           "weather": ("天気", "the weather"), "taxi": ("タクシー", "the taxi")}
 NUMBERS_JA = {1: "一", 2: "二", 3: "三", 4: "四", 5: "五", 6: "六", 7: "七"}
 NUMBERS_EN = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
-
-
-class RecordedLLM:
-    """The real client, with its replies kept on disk by the exact request (a rerun of the
-    benchmark with the same prompts reuses what the model said)."""
-
-    def __init__(self, inner, path: Path):
-        self.inner, self.model, self.path = inner, inner.model, path
-        self.replies: dict[str, str] = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                item = json.loads(line)
-                self.replies[item["key"]] = item["reply"]
-        self.asked, self.cached = 0, False
-
-    def chat(self, messages, *, json_mode=False, json_schema=None, max_tokens=256) -> str:
-        key = hashlib.sha256(json.dumps([self.model, list(messages), json_mode, json_schema, max_tokens],
-                                        ensure_ascii=False, sort_keys=True).encode()).hexdigest()
-        self.cached = key in self.replies  # a reply from the cache took no model time
-        if key not in self.replies:
-            reply = self.inner.chat(messages, json_mode=json_mode, json_schema=json_schema, max_tokens=max_tokens)
-            self.asked += 1
-            self.replies[key] = reply
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "reply": reply}, ensure_ascii=False) + "\n")
-        return self.replies[key]
 
 
 def domains(path: Path) -> dict[str, list[str | None]]:
@@ -118,15 +88,15 @@ def subsets(names: list[str]) -> dict[str, list[Thread]]:
     out = {}
     if "locomo" in names:
         threads = [replace(t, queries=tuple(q for q in t.queries if q.category in LOCOMO_CATEGORIES))
-                   for t in load(DATA / "locomo.jsonl").threads]
+                   for t in load(LOCOMO).threads]
         out["LoCoMo-200"] = sample_queries(threads, 200)
-    jmultiwoz = load(DATA / "jmultiwoz_threads.jsonl").threads if {"jmultiwoz", "time"} & set(names) else []
+    jmultiwoz = load(JMULTIWOZ).threads if {"jmultiwoz", "time"} & set(names) else []
     if "jmultiwoz" in names:
         out["JMultiWOZ-150"] = sample_queries(jmultiwoz, 150)
     if "time" in names:
-        out["time-anchored"] = time_queries(jmultiwoz[:10], domains(DATA / "jmultiwoz_threads.jsonl"))
+        out["time-anchored"] = time_queries(jmultiwoz[:10], domains(JMULTIWOZ))
     if "samples" in names:
-        out["samples"] = [load(ROOT / "data" / "samples" / n).threads[0] for n in ("english.json", "ramen.json")]
+        out["samples"] = [load(SAMPLES / n).threads[0] for n in ("english.json", "ramen.json")]
     return out
 
 
@@ -196,26 +166,18 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(results: dict, out: str, render) -> None:
-    """OUT.json (the figures, stamped) and OUT.md (`render(results)`), the table also printed."""
-    results["generated"] = datetime.now().isoformat(timespec="seconds")
-    Path(out + ".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    Path(out + ".md").write_text(render(results), encoding="utf-8")
-    print(render(results))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=["locomo", "jmultiwoz", "time", "samples"])
     parser.add_argument("--budget", default="10%")
     parser.add_argument("--cache-dir")
     parser.add_argument("--before", help="a JSON {set: blocks figures} to show beside (an earlier run)")
-    parser.add_argument("--out", default=str(OUT / "llm_request"), help="path without suffix for .md/.json")
+    add_out(parser)
     args = parser.parse_args()
     results = run(args.sets, args.budget, args.cache_dir)
     if args.before:
         results["before"] = json.loads(Path(args.before).read_text(encoding="utf-8"))
-    save(results, args.out, markdown)
+    save(results, args.out, "llm_request", markdown)
 
 
 if __name__ == "__main__":

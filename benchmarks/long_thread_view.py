@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from common import DATA, HOME_CACHE, add_out, add_subset, out_file, subset
 
 
 def _history(tmp: Path, cache_dir: Path, view_limit: int | None):
@@ -102,13 +101,13 @@ def _shifts(threads, name: str) -> list:
     return out
 
 
-def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
+def run(dataset: Path, cache_dir: Path, limit: int | None, queries: int | None = None) -> dict:
     from semhist.indexers.loader import load
     from dataclasses import replace
 
     from semhist.kernel.model import Thread
 
-    threads = load(dataset).threads[:limit] if limit else load(dataset).threads
+    threads = subset(load(dataset).threads, limit, queries)
     out = {}
     for mode, view_limit in (("whole thread", 10**9), ("candidate view", 1)):
         with tempfile.TemporaryDirectory() as tmp:
@@ -142,9 +141,9 @@ def run(dataset: Path, cache_dir: Path, limit: int | None) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
-    p.add_argument("--limit", type=int, help="first N threads of each dataset")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "long_thread_view.md"))
+    p.add_argument("--cache-dir", default=str(HOME_CACHE))
+    add_subset(p)
+    add_out(p)
     args = p.parse_args()
     lines = ["# Long-thread candidate view vs whole thread (`python benchmarks/long_thread_view.py`)", "",
              "10% budget of each question's own conversation (absolute tokens), local keyword, blocks strategy, "
@@ -153,12 +152,12 @@ def main() -> None:
              "questions with a keyword only their own conversation holds: recall / all evidence (n) |",
              "|---|---|---|---|---|---|---|"]
     for name in ("locomo.jsonl", "jmultiwoz_threads.jsonl"):
-        for mode, r in run(DATA / name, Path(args.cache_dir), args.limit).items():
+        for mode, r in run(DATA / name, Path(args.cache_dir), args.limit, args.queries).items():
             unique = "{} / {} ({})".format(*r["unique"]) if "unique" in r else "-"
             lines.append(f"| {name} | {mode} | {r['evidence_recall']} | {r['all_evidence']} | "
                          f"{r['mean_view_messages']} | {r['queries']} | {unique} |")
     text = "\n".join(lines) + "\n"
-    Path(args.out).write_text(text)
+    out_file(args.out, "long_thread_view.md").write_text(text, encoding="utf-8")
     print(text)
 
 

@@ -20,11 +20,11 @@ It also writes data/probes/cjk.jsonl: Chinese and Korean threads whose fact is a
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "data" / "probes" / "probes.jsonl"
+from common import PROBES as PROBE_DIR, add_out, out_file
 
 PROBES = {
     "ja": [
@@ -168,7 +168,6 @@ FILLERS["ko"] = [
 ]
 GREETING["zh"] = ("你好！", "你好，有什么可以帮你的？")
 GREETING["ko"] = ("안녕하세요!", "안녕하세요. 무엇을 도와드릴까요?")
-CJK_OUT = OUT.with_name("cjk.jsonl")
 SOURCE = "semhist probe set (written for this project)"
 
 
@@ -221,8 +220,10 @@ def build_cjk() -> list[dict]:
 
 
 def main() -> None:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    for path, threads in ((OUT, build()), (CJK_OUT, build_cjk())):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out(parser, PROBE_DIR)
+    args = parser.parse_args()
+    for path, threads in ((out_file(args.out, "probes.jsonl"), build()), (args.out / "cjk.jsonl", build_cjk())):
         with path.open("w", encoding="utf-8") as f:
             for thread in threads:
                 f.write(json.dumps(thread, ensure_ascii=False) + "\n")

@@ -24,7 +24,6 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
@@ -37,12 +36,9 @@ from semhist.evaluate import evaluate
 from semhist.pipeline.keyword import KeywordResult
 from semhist.pipeline.search import dense_rows, embed_query, fused_rows, searched_terms
 
-from llm_request import save  # beside this file
+from common import LOCOMO, LOCOMO_CATEGORIES as CATEGORIES, add_out, add_subset, read_json, save, subset
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo.jsonl"
 BUDGETS = ("5%", "10%", "25%")
-CATEGORIES = ("locomo_cat1", "locomo_cat2", "locomo_cat3", "locomo_cat4")
 PARTS = ("ranks", "embedders", "variants", "oracle")
 Plan = Callable[[Engine, Thread, str, KeywordResult], KeywordResult]
 
@@ -184,20 +180,18 @@ def markdown(results: dict) -> str:
 
 
 def main() -> None:
-    import json
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "multihop"), help="output path without suffix")
+    add_subset(parser)
+    add_out(parser)
     parser.add_argument("--cache-dir", default=None, help="embedding cache (default: the settings' own)")
     args = parser.parse_args()
     settings = Settings.load(cache_dir=args.cache_dir)
-    threads = load(LOCOMO).threads
-    path = Path(args.out + ".json")
-    results = json.loads(path.read_text()) if path.exists() else {}
+    threads = subset(load(LOCOMO).threads, args.limit, args.queries)
+    results = read_json(args.out / "multihop.json", {})  # a rerun part replaces its own
     for part in args.parts:
         results[part] = globals()[f"part_{part}"](settings, threads)
-    save(results, args.out, markdown)
+    save(results, args.out, "multihop", markdown)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,14 @@ import argparse
 import json
 import tempfile
 import time
-from pathlib import Path
 
 from semhist.indexers.loader import load
 from semhist.kernel.settings import Budget, Settings
 from semhist import Engine
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBES = ROOT / "data" / "probes" / "probes.jsonl"
+from common import PROBES as PROBE_DIR, add_out, out_file, write_json
+
+PROBES = PROBE_DIR / "probes.jsonl"
 VARIANTS = {  # label: (strategy, blocks_memory, budget or None for --budget)
     "full": ("full", "none", None), "window": ("window", "none", None),
     "token-budget": ("token-budget", "none", None), "summary": ("summary", "none", None),
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only N probes (half Japanese, half English)")
     parser.add_argument("--budget", default="50%")
     parser.add_argument("--strategy", action="append", choices=list(VARIANTS))
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "probes.md")
+    add_out(parser)
     args = parser.parse_args()
     results = run(args.limit, args.budget, args.strategy or list(VARIANTS))
     model = Settings.load().llm.model if Settings.load().llm else "none"
@@ -112,8 +112,8 @@ def main() -> None:
         kinds = [f"{k}/{n}" if n else "-" for k, n in r["by_kind"].values()]
         lines.append(f"| {label} | " + " | ".join(kinds) + f" | {r['stale_sent'][0]}/{r['stale_sent'][1]} | "
                      f"{r['requests_noted'][0]}/{r['requests_noted'][1]} |")
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    out_file(args.out, "probes.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_json(args.out / "probes.json", results)
     print("\n".join(lines))
 
 

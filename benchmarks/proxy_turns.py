@@ -25,19 +25,17 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import httpx
 
 from semhist.kernel.tokens import count_message
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "locomo.jsonl"
+from common import LOCOMO, add_out, out_file, write_json
 SYSTEM = "Answer the question about the conversation in a few words."
 
 
 def history_and_questions(history_tokens: int, turns: int) -> tuple[list[dict], list[dict]]:
-    thread = json.loads(DATA.read_text().splitlines()[0])
+    thread = json.loads(LOCOMO.read_text().splitlines()[0])
     kept, total = [], 0
     for m in thread["messages"]:
         total += count_message(m)
@@ -175,13 +173,13 @@ def main() -> None:
     parser.add_argument("--history-tokens", type=int, default=6000, help="fits the local model's 8192 context")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "proxy_turns"))
+    add_out(parser)
     args = parser.parse_args()
     result = run(args)
     stats = summary(result)
-    Path(args.out + ".json").write_text(json.dumps({**result, "summary": stats}, ensure_ascii=False, indent=1))
+    write_json(out_file(args.out, "proxy_turns.json"), {**result, "summary": stats})
     command = "python benchmarks/proxy_turns.py " + " ".join(sys.argv[1:])
-    Path(args.out + ".md").write_text(write_md(result, stats, command.strip()))
+    (args.out / "proxy_turns.md").write_text(write_md(result, stats, command.strip()), encoding="utf-8")
     print(json.dumps(stats, indent=1))
 
 

@@ -28,69 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "locomo.jsonl"
-NOISE = 0.02
-
-
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class ReadyVectors:
-    """Hands out precomputed vectors in call order: the ingest path runs for real, embedding
-    time is left out as the benchmark contract says."""
-
-    def __init__(self, vectors: np.ndarray, dim: int, embedder_id: str):
-        self.vectors, self.pos, self.dim, self.id = vectors, 0, dim, embedder_id
-
-    def embed(self, texts, kind="passage"):
-        out = self.vectors[self.pos:self.pos + len(texts)]
-        self.pos += len(texts)
-        return out
-
-
-def corpus(n: int, cache_dir: Path):
-    """n messages (repeated LoCoMo) with noisy real vectors, and LoCoMo's questions."""
-    from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
-    from semhist.indexers.loader import load
-    from dataclasses import replace
-
-    from semhist.kernel.model import embedding_text
-
-    threads = load(DATA).threads
-    base = [m for t in threads for m in t.messages if m.role != "system"]
-    embedder = CachedEmbedder(get_embedder("use-m3"), EmbeddingCache(cache_dir / "embeddings.sqlite3"))
-    base_vectors = embedder.embed([embedding_text(m) for m in base])
-    # Time only moves forward, as in a real thread: each conversation follows the previous one
-    # a day later, keeping its own pauses; each copy follows the last.
-    offsets = [timedelta(0)]
-    for prev, cur in zip(base, base[1:]):
-        step = cur.timestamp - prev.timestamp
-        offsets.append(offsets[-1] + (step if step >= timedelta(0) else timedelta(days=1)))
-    span = offsets[-1] + timedelta(days=1)
-    rng = np.random.default_rng(0)
-    messages, vectors = [], np.empty((n, base_vectors.shape[1]), dtype=np.float32)
-    start = base[0].timestamp
-    for i in range(n):
-        copy, k = divmod(i, len(base))
-        src = base[k]
-        messages.append(replace(src, index=i, timestamp=start + copy * span + offsets[k]))
-    for lo in range(0, n, 100_000):
-        hi = min(n, lo + 100_000)
-        rows = base_vectors[np.arange(lo, hi) % len(base)]
-        if lo >= len(base) or hi > len(base):
-            rows = rows + NOISE * rng.standard_normal(rows.shape).astype(np.float32)
-        vectors[lo:hi] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-    questions = [q.text for t in threads for q in t.queries if q.has_evidence]
-    return messages, vectors, questions
-
-
-def _pct(values, q):
-    return round(float(np.percentile(values, q)), 2)
+from common import (HOME_CACHE, NOISE, ROOT, ReadyVectors, add_out, corpus, fresh_pg, out_file, pct, rss_mb, table,
+                    write_json)
 
 
 def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
@@ -103,12 +42,12 @@ def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
     history = History(settings)
     history.store.migrate()
     baseline = _disk(history, url, workdir)
-    real_embedder = history.ingestor.embedder
-    history.ingestor.embedder = ReadyVectors(vectors, real_embedder.dim, history.embedder.id)
+    real_embedder = history.parts.ingestor.embedder
+    history.parts.ingestor.embedder = ReadyVectors(vectors, real_embedder.dim, history.parts.embedder.id)
     t0 = time.perf_counter()
     history.ingest("big", Thread("big", tuple(messages)))
     ingest_s = time.perf_counter() - t0
-    history.ingestor.embedder = real_embedder
+    history.parts.ingestor.embedder = real_embedder
 
     t0 = time.perf_counter()
     tv = history.vectors("big")  # first open: builds the FAISS index from the store (in the background)
@@ -135,7 +74,7 @@ def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
         t1 = time.perf_counter()
         history.ask("big", q, log_turn=False)
         query_ms.append((time.perf_counter() - t1) * 1000)
-        vec = history.embedder.embed([q], "query")[0]
+        vec = history.parts.embedder.embed([q], "query")[0]
         t1 = time.perf_counter()
         history.search("big", vec, k=10)
         search_ms.append((time.perf_counter() - t1) * 1000)
@@ -145,12 +84,12 @@ def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
     return {
         "messages": n, "backend": url.split(":")[0], "faiss": tv.kind,
         "ingest_msgs_per_s": round(n / ingest_s), "faiss_build_s": round(index_s, 1), "recall_at_10": recall,
-        "append_ms_p50": _pct(append_ms, 50), "append_ms_p95": _pct(append_ms, 95),
-        "embed_ms_p50": _pct(embed_ms, 50),
-        "append_excl_embed_ms_p50": round(_pct(append_ms, 50) - _pct(embed_ms, 50), 2),
-        "query_ms_p50": _pct(query_ms[5:], 50), "query_ms_p95": _pct(query_ms[5:], 95),
-        "search_ms_p50": _pct(search_ms[5:], 50), "search_ms_p95": _pct(search_ms[5:], 95),
-        "rss_mb": round(_rss_mb()), "store_bytes_per_msg": round(disk / n), "faiss_bytes_per_msg": round(faiss_bytes / n),
+        "append_ms_p50": pct(append_ms, 50), "append_ms_p95": pct(append_ms, 95),
+        "embed_ms_p50": pct(embed_ms, 50),
+        "append_excl_embed_ms_p50": round(pct(append_ms, 50) - pct(embed_ms, 50), 2),
+        "query_ms_p50": pct(query_ms[5:], 50), "query_ms_p95": pct(query_ms[5:], 95),
+        "search_ms_p50": pct(search_ms[5:], 50), "search_ms_p95": pct(search_ms[5:], 95),
+        "rss_mb": round(rss_mb()), "store_bytes_per_msg": round(disk / n), "faiss_bytes_per_msg": round(faiss_bytes / n),
         "view": "whole thread" if n <= settings.view_limit else "candidates",
     }
 
@@ -178,22 +117,13 @@ def _disk(history, url: str, workdir: Path) -> int:
         return int(cur.fetchone()[0])
 
 
-def _fresh_pg(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
-        conn.execute("CREATE SCHEMA public")
-        conn.execute("CHECKPOINT")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--pg", help="PostgreSQL URL of a scratch database (emptied per case)")
     p.add_argument("--workdir", default="/tmp/semhist-scale")
-    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "semhist"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "scale"))
+    p.add_argument("--cache-dir", default=str(HOME_CACHE))
+    add_out(p)
     p.add_argument("--keep", action="store_true", help="keep each case's database and files")
     p.add_argument("--one", nargs=2, metavar=("N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -208,7 +138,7 @@ def main() -> None:
             work.mkdir(parents=True)
             url = f"sqlite:///{work / 'store.sqlite3'}" if backend == "sqlite" else args.pg
             if backend == "postgresql":
-                _fresh_pg(url)
+                fresh_pg(url)
             print(f"-- {backend} {n:,} messages", file=sys.stderr, flush=True)
             out = subprocess.run([sys.executable, __file__, "--one", str(n), url, "--workdir", str(work),
                                   "--cache-dir", args.cache_dir], capture_output=True, text=True, cwd=ROOT)
@@ -218,8 +148,8 @@ def main() -> None:
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             if not args.keep:
                 subprocess.run(["rm", "-rf", str(work)], check=True)
-    Path(args.out + ".json").write_text(json.dumps(rows, indent=1))
-    Path(args.out + ".md").write_text(report(rows, bool(args.pg)))
+    write_json(out_file(args.out, "scale.json"), rows)
+    (args.out / "scale.md").write_text(report(rows, bool(args.pg)), encoding="utf-8")
     print(report(rows, bool(args.pg)))
 
 
@@ -236,9 +166,7 @@ def report(rows: list[dict], with_pg: bool) -> str:
              "messages from the store.", ""]
     if not with_pg:
         lines += ["PostgreSQL: skipped (no --pg URL given).", ""]
-    lines.append("| " + " | ".join(cols) + " |")
-    lines.append("|" + "---|" * len(cols))
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    lines += table(cols, [[r.get(c, "") for c in cols] for r in rows])
     return "\n".join(lines) + "\n"
 
 

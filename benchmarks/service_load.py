@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import os
 import random
@@ -39,10 +38,7 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-from scale import ReadyVectors, corpus  # noqa: E402 - run as a script: its directory is on the path
+from common import LOCOMO, ReadyVectors, add_out, corpus, out_file, pct, read_json, rss_mb, write_json
 
 ROUTES = ("append", "context")
 BUDGET = 2000
@@ -72,17 +68,18 @@ def prefill(url: str, data_dir: Path, cache_dir: Path, bots: int, low: int, high
             settle(url)
             return sizes
         messages, vectors, _ = corpus(max(sizes) + bots * 37, cache_dir)
-        real = history.ingestor.embedder
+        real = history.parts.ingestor.embedder
         end = datetime.now(timezone.utc) - timedelta(hours=1)
         for i, n in todo:
             start = i * 37  # each thread its own stretch of the corpus, ending an hour ago (the turns come after)
             part = messages[start:start + n]
             shift = end - part[-1].timestamp
             msgs = [replace(m, index=k, timestamp=m.timestamp + shift) for k, m in enumerate(part)]
-            history.ingestor.embedder = ReadyVectors(vectors[start:start + n], real.dim, history.embedder.id)
+            history.parts.ingestor.embedder = ReadyVectors(vectors[start:start + n], real.dim,
+                                                           history.parts.embedder.id)
             history.ingest(f"bot-{i}", Thread(f"bot-{i}", tuple(msgs)))
             print(f"  pre-filled bot-{i}: {n} messages", file=sys.stderr, flush=True)
-        history.ingestor.embedder = real
+        history.parts.ingestor.embedder = real
     finally:
         history.close()
     settle(url)
@@ -126,12 +123,7 @@ class Server:
         return pids or [self.proc.pid]
 
     def rss_mb(self) -> list[float]:
-        out = []
-        for pid in self.workers():
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    out.append(round(int(line.split()[1]) / 1024, 1))
-        return out
+        return [round(mb, 1) for mb in map(rss_mb, self.workers()) if mb == mb]  # NaN: no VmRSS line
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -241,15 +233,11 @@ async def sampled(server: Server, rss: list, work):
     return task.result()
 
 
-def pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 1) if values else None
-
-
 def summary(timings, errors, rate, pace) -> dict:
     row = {"pace_s": pace, "turns_per_s": round(rate, 2), "errors": len(errors), "error_sample": errors[:3]}
     for route in ROUTES:
         v = timings[route]
-        row[route] = {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)}
+        row[route] = {"n": len(v), "p50": pct(v, 50, 1), "p95": pct(v, 95, 1), "p99": pct(v, 99, 1)}
     return row
 
 
@@ -257,7 +245,7 @@ def case(args, url: str, label: str, data_dir: Path, cache_dir: Path) -> dict:
     from semhist.indexers.loader import load
 
     sizes = prefill(url, data_dir, cache_dir, args.bots, args.min_messages, args.max_messages)
-    threads = load(ROOT.parent / "shared" / "data" / "locomo.jsonl").threads
+    threads = load(LOCOMO).threads
     texts = [m.content for t in threads for m in t.messages if m.role != "system"][:5000]
     questions = [q.text for t in threads for q in t.queries if q.has_evidence]
     server = Server(url, data_dir, cache_dir, args.workers, data_dir / f"serve-{label}.log")
@@ -279,7 +267,7 @@ def case(args, url: str, label: str, data_dir: Path, cache_dir: Path) -> dict:
     finally:
         server.stop()
     return {"case": label, "workers": args.workers, "bots": args.bots, "thread_sizes": [min(sizes), max(sizes)],
-            "first_ask_ms": {"p50": pct(first, 50), "p95": pct(first, 95)},
+            "first_ask_ms": {"p50": pct(first, 50, 1), "p95": pct(first, 95, 1)},
             "messages_prefilled": sum(sizes), "duration_s": args.duration, **row,
             "rss_mb_start": rss[0], "rss_mb_end": rss[-1], "rss_mb_every_10s": rss, "saturation": sorted(
                 steps + [row], key=lambda r: -r["pace_s"]) if steps else [], "cores": os.cpu_count()}
@@ -315,7 +303,7 @@ def main() -> None:
     p.add_argument("--saturate", action="store_true")
     p.add_argument("--step-duration", type=float, default=40.0)
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "semhist-service-load"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "service_load"))
+    add_out(p)
     args = p.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -324,11 +312,10 @@ def main() -> None:
     from semhist.kernel.settings import Settings
 
     row = case(args, url, label, workdir, Settings.load().cache_dir)  # the LoCoMo vectors are cached there
-    out = Path(args.out)
-    rows = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else []
-    rows = [r for r in rows if (r["case"], r["workers"]) != (label, args.workers)] + [row]
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    out.with_suffix(".md").write_text(report(rows))
+    out = out_file(args.out, "service_load.json")
+    rows = [r for r in read_json(out, []) if (r["case"], r["workers"]) != (label, args.workers)] + [row]
+    write_json(out, rows)
+    (args.out / "service_load.md").write_text(report(rows), encoding="utf-8")
     print(report(rows))
 
 

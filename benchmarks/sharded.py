@@ -21,17 +21,14 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from answers import facts_named
-from llm_request import RecordedLLM, save
-
 from semhist.indexers.loader import loads
 from semhist.kernel.settings import Budget, Settings
 from semhist import Engine
 from semhist.llm import make_llm
 
-ROOT = Path(__file__).resolve().parents[1]
-SET = ROOT / "data" / "probes" / "sharded.json"
-OUT = ROOT / "benchmarks"
+from common import PROBES, RecordedLLM, add_out, facts_named, save
+
+SET = PROBES / "sharded.json"
 STRATEGIES = ["full", "window", "token-budget", "summary", "structured", "utterances", "blocks"]
 ACK = {"en": "Noted.", "ja": "承知しました。"}
 
@@ -106,10 +103,10 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--budget", default="450", help="the answer guidance and reminder take ~150 of it")
     parser.add_argument("--cache-dir")
-    parser.add_argument("--out", default=str(OUT / "sharded"))
+    add_out(parser)
     args = parser.parse_args()
     results = run(args.strategies, args.budget, args.cache_dir)
-    save(results, args.out, markdown)
+    save(results, args.out, "sharded", markdown)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ benchmarks/recall_vs_tokens.png (evidence recall against prompt tokens, one line
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -20,9 +19,9 @@ from semhist import STRATEGIES, Engine
 from semhist.evaluate import evaluate
 from semhist import NEEDS_LLM
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks"
-DEFAULT_DATA = [ROOT.parent / "shared" / "data" / n for n in ("locomo.jsonl", "jmultiwoz_threads.jsonl")]
+from common import HERE, JMULTIWOZ, LOCOMO, add_out, out_file, table, write_json
+
+DEFAULT_DATA = [LOCOMO, JMULTIWOZ]
 BUDGETS = ["5%", "10%", "25%", "50%"]
 COLUMNS = ["evidence_recall", "all_evidence_rate", "mean_prompt_tokens", "token_ratio", "p50_ms", "p95_ms",
            "n_queries"]
@@ -52,10 +51,9 @@ def markdown(results: dict) -> str:
         lines += [f"## {name}", "", f"Wall time for all budgets and strategies: {data['wall_s']} s "
                   "(embeddings cached after the first run).", ""]
         for budget, report in data["reports"].items():
-            lines += [f"### budget {budget} (queries without evidence skipped: {report['skipped_queries']})", "",
-                      "| strategy | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
-            for strategy, m in report["strategies"].items():
-                lines.append(f"| {strategy} | " + " | ".join(str(m[c]) for c in COLUMNS) + " |")
+            lines += [f"### budget {budget} (queries without evidence skipped: {report['skipped_queries']})", ""]
+            lines += table(["strategy", *COLUMNS], [[strategy, *(m[c] for c in COLUMNS)]
+                                                     for strategy, m in report["strategies"].items()])
             cats = report["categories"]["blocks"]
             lines += ["", "`blocks` by query category: " + "; ".join(
                 f"{c} {v['evidence_recall']}/{v['all_evidence_rate']} (n={v['n_queries']})" for c, v in cats.items()), ""]
@@ -92,14 +90,13 @@ def main() -> None:
     parser.add_argument("--budget", action="append")
     parser.add_argument("--limit", type=int, help="only the first N threads of each dataset")
     parser.add_argument("--cache-dir")
-    parser.add_argument("--out-dir", type=Path, default=OUT)
+    add_out(parser, HERE, "--out-dir")
     args = parser.parse_args()
     results = run(args.dataset or DEFAULT_DATA, args.budget or BUDGETS, args.cache_dir, args.limit)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "results.json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    (args.out_dir / "results.md").write_text(markdown(results), encoding="utf-8")
-    plot(results, args.out_dir / "recall_vs_tokens.png")
-    print(f"wrote {args.out_dir}/results.md, results.json, recall_vs_tokens.png")
+    write_json(out_file(args.out, "results.json"), results)
+    (args.out / "results.md").write_text(markdown(results), encoding="utf-8")
+    plot(results, args.out / "recall_vs_tokens.png")
+    print(f"wrote {args.out}/results.md, results.json, recall_vs_tokens.png")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import argparse
 import json
 import re
 from dataclasses import replace
-from pathlib import Path
 
 from semhist.indexers.loader import load
 from semhist.kernel.model import Message, Query, Thread
@@ -28,8 +27,7 @@ from semhist.kernel.settings import Budget, Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "jmultiwoz_threads.jsonl"
+from common import JMULTIWOZ, add_out, out_file, write_json
 NAMES = re.compile(r"\d|[ァ-ヴー]{3,}|[A-Za-z]{3,}")
 RUNS = [("full", None), ("token-budget", None), ("window", None), ("token-budget", "10%"),
         ("blocks", "10%"), ("blocks", "25%")]
@@ -103,12 +101,13 @@ def markdown(results: dict, threads: list[Thread]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=20, help="the first N JMultiWOZ threads")
+    add_out(parser)
     args = parser.parse_args()
-    threads = [with_tools(t) for t in load(DATA).threads[: args.threads]]
+    threads = [with_tools(t) for t in load(JMULTIWOZ).threads[: args.threads]]
     results = run(threads)
-    (ROOT / "benchmarks" / "tool_results.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_json(out_file(args.out, "tool_results.json"), results, end="\n")
     text = markdown(results, threads)
-    (ROOT / "benchmarks" / "tool_results.md").write_text(text)
+    (args.out / "tool_results.md").write_text(text, encoding="utf-8")
     print(text)
 
 

@@ -1,0 +1,327 @@
+"""What the benchmark scripts share: where things are, the data they build from the public
+sets, and how they write their results.
+
+Every script runs as `python benchmarks/NAME.py` (its folder is then on the import path) and
+imports what it shares from here, never from another script. Every script that writes results
+takes `--out DIR` (default: this folder, where the published results live), so a trial run
+elsewhere never touches them; tests/test_benchmarks_smoke.py runs each one on a tiny input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from semhist.kernel.model import Thread
+
+# -- paths ---------------------------------------------------------------------------------------
+HERE = Path(__file__).resolve().parent  # benchmarks/: the scripts and their published results
+ROOT = HERE.parent  # the repository
+DATA = ROOT.parent / "shared" / "data"  # the public sets (../shared/data/README.md)
+LOCOMO = DATA / "locomo.jsonl"
+JMULTIWOZ = DATA / "jmultiwoz_threads.jsonl"
+TIAGE = DATA / "tiage.jsonl"
+SAMPLES = ROOT / "data" / "samples"
+PROBES = ROOT / "data" / "probes"
+HOME_CACHE = Path.home() / ".cache" / "semhist"  # the scripts' --cache-dir where they name one
+LOCOMO_CATEGORIES = ("locomo_cat1", "locomo_cat2", "locomo_cat3", "locomo_cat4")
+
+
+# -- arguments -----------------------------------------------------------------------------------
+def add_out(parser: argparse.ArgumentParser, default: Path = HERE, *aliases: str) -> None:
+    """`--out DIR`: the folder the script writes its result files to."""
+    parser.add_argument("--out", *aliases, dest="out", type=Path, default=default, metavar="DIR",
+                        help="folder the result files are written to (default: %(default)s)")
+
+
+def add_subset(parser: argparse.ArgumentParser) -> None:
+    """`--limit N` threads and `--queries N` queries a thread: a quick run on a part of the sets."""
+    parser.add_argument("--limit", type=int, help="only the first N threads of each dataset")
+    parser.add_argument("--queries", type=int, help="only the first N queries of each thread")
+
+
+def subset(threads: Sequence[Thread], limit: int | None = None, queries: int | None = None) -> list[Thread]:
+    """The first `limit` threads, each with its first `queries` queries (None: all of them)."""
+    threads = list(threads[:limit] if limit else threads)
+    return [replace(t, queries=t.queries[:queries]) for t in threads] if queries else threads
+
+
+# -- results -------------------------------------------------------------------------------------
+def out_file(out: Path, name: str) -> Path:
+    """out/name, the folder made if needed."""
+    out.mkdir(parents=True, exist_ok=True)
+    return out / name
+
+
+def read_json(path: Path, default: Any) -> Any:
+    """An earlier run's results (a rerun part or case replaces its own), or `default`."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+
+
+def write_json(path: Path, data: Any, end: str = "") -> None:
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + end, encoding="utf-8")
+
+
+def save(results: dict, out: Path, name: str, render: Callable[[dict], str]) -> None:
+    """out/NAME.json (the figures, stamped) and out/NAME.md (`render(results)`), the table also printed."""
+    results["generated"] = datetime.now().isoformat(timespec="seconds")
+    write_json(out_file(out, f"{name}.json"), results)
+    (out / f"{name}.md").write_text(render(results), encoding="utf-8")
+    print(render(results))
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A markdown table's lines: the header, its rule, one line a row (cells as str())."""
+    return (["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+# -- measuring -----------------------------------------------------------------------------------
+def pct(values: Sequence[float], q: float, digits: int = 2) -> float | None:
+    """The q-th percentile, rounded; None for no values."""
+    return round(float(np.percentile(values, q)), digits) if len(values) else None
+
+
+def rss_mb(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """A process's resident memory in MB from /proc (`RssAnon`: what it allocated itself,
+    without the file pages it maps); NaN where the field is missing."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def fresh_pg(url: str) -> None:
+    """Empty a scratch PostgreSQL database: schema public dropped and made again."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+        conn.execute("CHECKPOINT")
+
+
+# -- a big thread from LoCoMo (scale, botloop, service_load) --------------------------------------
+NOISE = 0.02  # sigma per dimension of the noise on repeated vectors (cosine ~0.9 to the original)
+
+
+class ReadyVectors:
+    """Hands out precomputed vectors in call order: the ingest path runs for real, embedding
+    time is left out as the benchmark contract says."""
+
+    def __init__(self, vectors: np.ndarray, dim: int, embedder_id: str):
+        self.vectors, self.pos, self.dim, self.id = vectors, 0, dim, embedder_id
+
+    def embed(self, texts, kind="passage"):
+        out = self.vectors[self.pos:self.pos + len(texts)]
+        self.pos += len(texts)
+        return out
+
+
+def corpus(n: int, cache_dir: Path):
+    """n messages (repeated LoCoMo) with noisy real vectors, and LoCoMo's questions."""
+    from semhist.indexers.embed import CachedEmbedder, EmbeddingCache, get_embedder
+    from semhist.indexers.loader import load
+    from semhist.kernel.model import embedding_text
+
+    threads = load(LOCOMO).threads
+    base = [m for t in threads for m in t.messages if m.role != "system"]
+    embedder = CachedEmbedder(get_embedder("use-m3"), EmbeddingCache(cache_dir / "embeddings.sqlite3"))
+    base_vectors = embedder.embed([embedding_text(m) for m in base])
+    # Time only moves forward, as in a real thread: each conversation follows the previous one
+    # a day later, keeping its own pauses; each copy follows the last.
+    offsets = [timedelta(0)]
+    for prev, cur in zip(base, base[1:]):
+        step = cur.timestamp - prev.timestamp
+        offsets.append(offsets[-1] + (step if step >= timedelta(0) else timedelta(days=1)))
+    span = offsets[-1] + timedelta(days=1)
+    rng = np.random.default_rng(0)
+    messages, vectors = [], np.empty((n, base_vectors.shape[1]), dtype=np.float32)
+    start = base[0].timestamp
+    for i in range(n):
+        copy, k = divmod(i, len(base))
+        src = base[k]
+        messages.append(replace(src, index=i, timestamp=start + copy * span + offsets[k]))
+    for lo in range(0, n, 100_000):
+        hi = min(n, lo + 100_000)
+        rows = base_vectors[np.arange(lo, hi) % len(base)]
+        if lo >= len(base) or hi > len(base):
+            rows = rows + NOISE * rng.standard_normal(rows.shape).astype(np.float32)
+        vectors[lo:hi] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    questions = [q.text for t in threads for q in t.queries if q.has_evidence]
+    return messages, vectors, questions
+
+
+# -- the LLM's replies kept (llm_request, answers, sharded) ---------------------------------------
+class RecordedLLM:
+    """The real client, with its replies kept on disk by the exact request (a rerun of the
+    benchmark with the same prompts reuses what the model said)."""
+
+    def __init__(self, inner, path: Path):
+        self.inner, self.model, self.path = inner, inner.model, path
+        self.replies: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                item = json.loads(line)
+                self.replies[item["key"]] = item["reply"]
+        self.asked, self.cached = 0, False
+
+    def chat(self, messages, *, json_mode=False, json_schema=None, max_tokens=256) -> str:
+        key = hashlib.sha256(json.dumps([self.model, list(messages), json_mode, json_schema, max_tokens],
+                                        ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+        self.cached = key in self.replies  # a reply from the cache took no model time
+        if key not in self.replies:
+            reply = self.inner.chat(messages, json_mode=json_mode, json_schema=json_schema, max_tokens=max_tokens)
+            self.asked += 1
+            self.replies[key] = reply
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"key": key, "reply": reply}, ensure_ascii=False) + "\n")
+        return self.replies[key]
+
+
+def facts_named(answer: str, facts: dict[str, list[str]]) -> list[str]:
+    """The facts an answer names (any of each fact's spellings in it)."""
+    return [name for name, spellings in facts.items() if any(s in answer for s in spellings)]
+
+
+# -- time-anchored requests on JMultiWOZ (time_requests writes them, limits scores them) ----------
+PER_THREAD = 6  # requests per thread: hour and day, Japanese and English, alternating
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+          "October", "November", "December")
+LONG = (60, 200)  # messages of a conversation in the long variant
+SESSION_PAUSE = (30, 60)  # seconds between its dialogues
+# Messages of a thread of the long variant: past the default view_limit (5,000), so requests
+# read it through candidate views, as they read a user's chat of many months.
+LONG_THREAD = 5_000
+
+
+def dialogues(path: Path) -> dict[str, list[list[int]]]:
+    """Per thread id: the message positions of each dialogue, in order (annotations the loader
+    drops, read here for the gold only)."""
+    out = {}
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            runs: list[list[int]] = []
+            for i, m in enumerate(row["messages"]):
+                if not runs or row["messages"][runs[-1][-1]]["dialogue_id"] != m["dialogue_id"]:
+                    runs.append([])
+                runs[-1].append(i)
+            out[row["id"]] = runs
+    return out
+
+
+def close_up(thread: Thread, runs: list[list[int]]) -> Thread:
+    """Half of the dialogues (chosen by a seed from the thread id) start 20-50 s after the
+    previous one ends; the spacing inside a dialogue and the other gaps are kept."""
+    rng = random.Random(zlib.crc32(thread.id.encode()))
+    original = [m.timestamp for m in thread.messages]
+    times = list(original)
+    shift = timedelta(0)  # how much earlier everything from this dialogue on now happens
+    for prev, run in zip(runs, runs[1:]):
+        if rng.random() < 0.5:
+            shift += original[run[0]] - original[prev[-1]] - timedelta(seconds=rng.randint(20, 50))
+        for i in run:
+            times[i] = original[i] - shift
+    return replace(thread, messages=tuple(replace(m, timestamp=t) for m, t in zip(thread.messages, times)))
+
+
+def join_up(thread: Thread, runs: list[list[int]]) -> Thread:
+    """Consecutive dialogues joined into conversations of LONG messages (each conversation's
+    size drawn by a seed from the thread id): inside one, each dialogue starts SESSION_PAUSE
+    seconds after the one before ends; a conversation starts at its first dialogue's own time,
+    so the file's gaps (44 minutes or more) stay between conversations."""
+    rng = random.Random(zlib.crc32(thread.id.encode()) ^ 1)
+    original = [m.timestamp for m in thread.messages]
+    times = list(original)
+    size, wanted = 0, 0
+    shift = timedelta(0)
+    for prev, run in zip([None, *runs], runs):
+        if prev is None or size >= wanted:  # a new conversation, at its own time
+            size, wanted, shift = 0, rng.randint(*LONG), timedelta(0)
+        else:
+            shift += original[run[0]] - original[prev[-1]] - timedelta(seconds=rng.randint(*SESSION_PAUSE))
+        size += len(run)
+        for i in run:
+            times[i] = original[i] - shift
+    return replace(thread, messages=tuple(replace(m, timestamp=t) for m, t in zip(thread.messages, times)))
+
+
+def one_after_another(threads: list[Thread],
+                      runs: dict[str, list[list[int]]]) -> list[tuple[Thread, list[list[int]], int]]:
+    """The file's threads joined in order until each joined thread passes LONG_THREAD messages
+    (the last few go to the one before), each moved by whole days (the hours stay) to start the
+    day after the one before ends; with their dialogues' positions and how many were joined."""
+    groups: list[list[Thread]] = [[]]
+    for t in threads:
+        if sum(len(x.messages) for x in groups[-1]) > LONG_THREAD:
+            groups.append([])
+        groups[-1].append(t)
+    if len(groups) > 1 and sum(len(x.messages) for x in groups[-1]) <= LONG_THREAD:
+        last = groups.pop()
+        groups[-1] += last
+    out = []
+    for group in groups:
+        messages: list = []
+        joined: list[list[int]] = []
+        for t in group:
+            days = (messages[-1].timestamp.date() - t.messages[0].timestamp.date()).days + 1 if messages else 0
+            joined += [[len(messages) + i for i in run] for run in runs[t.id]]
+            messages += [replace(m, index=len(messages) + m.index, timestamp=m.timestamp + timedelta(days=days))
+                         for m in t.messages]
+        out.append((replace(group[0], id=f"{group[0].id}+{len(group) - 1}", messages=tuple(messages)), joined,
+                    len(group)))
+    return out
+
+
+def _hour_12(hour: int) -> str:
+    return f"{hour % 12 or 12} {'am' if hour < 12 else 'pm'}"
+
+
+def time_request(kind: str, lang: str, t: datetime, year: bool = False) -> str:
+    """`year`: the Japanese hour names its year (a date without one is the latest such date)."""
+    if kind == "hour":
+        day = f"{t.year}年{t.month}月{t.day}日" if year else f"{t.month}月{t.day}日"
+        return (f"{day}の{t.hour}時台に話した内容を教えて。" if lang == "ja" else
+                f"What did we talk about on {MONTHS[t.month - 1]} {t.day}, {t.year} at {_hour_12(t.hour)}?")
+    return (f"{t.year}年{t.month}月{t.day}日に話したことをまとめて。" if lang == "ja" else
+            f"Summarize what we discussed on {MONTHS[t.month - 1]} {t.day}, {t.year}.")
+
+
+def with_time_queries(thread: Thread, runs: list[list[int]], per_thread: int = PER_THREAD) -> Thread:
+    """`per_thread` requests for dialogues spread over the thread; gold: the dialogues that
+    started in the hour (or on the day) the request names."""
+    from semhist.kernel.model import Query
+
+    starts = [thread.messages[r[0]].timestamp for r in runs]
+    queries = []
+    for n in range(per_thread):
+        t = starts[(n * len(runs)) // per_thread]
+        kind, lang = ("hour", "day")[n % 3 == 2], ("ja", "en")[n % 2]
+        key = (lambda s: (s.date(), s.hour)) if kind == "hour" else (lambda s: s.date())
+        gold = tuple(i for r, s in zip(runs, starts) if key(s) == key(t) for i in r)
+        year = thread.messages[-1].timestamp - t > timedelta(days=300)  # a long thread's earlier years
+        queries.append(Query(time_request(kind, lang, t, year), gold, f"{kind}_{lang}"))
+    return replace(thread, queries=tuple(queries))
+
+
+def time_threads(threads: list[Thread], path: Path = JMULTIWOZ) -> dict[str, list[Thread]]:
+    """{"spaced": threads with their own timestamps, "close": dialogues closed up, "long":
+    dialogues joined into long conversations}, each thread carrying its time-anchored requests
+    instead of the file's queries (the variants: benchmarks/time_requests.py)."""
+    runs = dialogues(path)
+    spaced = [with_time_queries(t, runs[t.id]) for t in threads]
+    close = [with_time_queries(close_up(t, runs[t.id]), runs[t.id]) for t in threads]
+    long = [with_time_queries(join_up(t, r), r, PER_THREAD * n) for t, r, n in one_after_another(threads, runs)]
+    return {"spaced": spaced, "close": close, "long": long}

@@ -1,0 +1,146 @@
+"""The benchmark scripts stay runnable: each runs as `python benchmarks/NAME.py` on a tiny input
+and writes its result files into a temporary folder (`--out`), never over the published ones;
+and they share code through benchmarks/common.py only, never by importing one another."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, SHARED_DATA
+
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common")
+PG = "{postgres_url}"  # an argument replaced by the PostgreSQL fixture's URL
+CACHE = "{cache_dir}"  # ... by the session's embedding cache
+WORK = "{work}"  # ... by a scratch folder of the test's own
+
+# name: (tiny arguments, the files it writes into --out (None: it takes no --out), needs ../shared/data)
+RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
+    "big_inputs": (["--sizes", "2000", "--whole-sizes", "2000"], ["big_inputs.json", "big_inputs.md"], False),
+    "botloop": (["--sizes", "300", "--turns", "6", "--asks-only", "20", "--many-threads", "3", "--many-size", "40",
+                 "--pg", PG, "--workdir", WORK, "--cache-dir", CACHE], ["botloop.json", "botloop.md"], True),
+    "forget_cost": (["--asks", "200", "--repeat", "2"], None, False),
+    "limits": (["--limit", "1", "--queries", "3"], ["limits.json", "limits.md"], True),
+    "long_thread_view": (["--limit", "1", "--queries", "5", "--cache-dir", CACHE], ["long_thread_view.md"], True),
+    "make_probes": ([], ["probes.jsonl", "cjk.jsonl"], False),
+    # the embedders part loads two more models (e5-small, all-MiniLM on torch): half a minute more
+    "multihop": (["--limit", "1", "--queries", "3", "--parts", "ranks", "variants", "oracle"],
+                 ["multihop.json", "multihop.md"], True),
+    "peers": (["--dataset", "LoCoMo", "--limit", "1", "--queries", "2"], ["peers.json", "peers.md", "peers.png"], True),
+    "probes": (["--limit", "2", "--strategy", "window", "--strategy", "blocks"], ["probes.json", "probes.md"], False),
+    "scale": (["--sizes", "200", "--pg", PG, "--workdir", WORK, "--cache-dir", CACHE], ["scale.json", "scale.md"], True),
+    "segmentation": (["--limit", "2"], ["segmentation.md"], True),
+    "service_load": (["--workers", "1", "--bots", "2", "--min-messages", "40", "--max-messages", "80", "--pace", "0.5",
+                      "--duration", "3", "--workdir", WORK], ["service_load.json", "service_load.md"], True),
+    "strategies": (["--limit", "1", "--budget", "10%"], ["results.json", "results.md", "recall_vs_tokens.png"], True),
+    "time_requests": (["--limit", "3"], ["time_requests.jsonl"], True),
+    "tool_results": (["--threads", "1"], ["tool_results.json", "tool_results.md"], True),
+}
+# Scripts whose every result is a model's answer: the real local LLM server (or an upstream) is
+# out of this file's reach. Those with a check for a configured LLM are run up to it.
+NEEDS_LLM: dict[str, list[str] | None] = {
+    "answers": ["--parts", "samples", "locomo", "--locomo", "1", "--strategies", "window"],
+    "llm_request": ["--sets", "samples"],
+    "sharded": ["--strategies", "window"],
+    "proxy_turns": None,  # asks --upstream from its first turn on: no check before it
+}
+
+
+def _env(tmp_path: Path, cache_dir: Path) -> dict[str, str]:
+    """No LLM, store or display of the developer's shell; data and embedding cache in tmp folders."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OPENAI_", "AZURE_OPENAI_", "SEMHIST_")) and k not in ("DISPLAY", "MPLBACKEND")}
+    return {**env, "SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir)}
+
+
+def _run(name: str, args: list[str], tmp_path: Path, cache_dir: Path, timeout: float = 300):
+    return subprocess.run([sys.executable, f"benchmarks/{name}.py", *args], cwd=ROOT, env=_env(tmp_path, cache_dir),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_script_is_smoke_tested_or_said_to_need_an_llm():
+    assert sorted([*RUNS, *NEEDS_LLM]) == SCRIPTS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_runs_on_a_tiny_input(name, tmp_path, cache_dir, request):
+    if name in NEEDS_LLM:
+        args = NEEDS_LLM[name]
+        if args is not None:  # as far as it goes without a model: imports, arguments, its check
+            out = tmp_path / "out"
+            done = _run(name, [*args, "--out", str(out)], tmp_path, cache_dir, timeout=120)
+            assert done.returncode == 1 and "no LLM configured" in done.stderr, done.stderr[-3000:]
+            assert not out.exists()
+        pytest.skip(f"{name}.py needs an LLM for every result (the local server or --upstream)"
+                    + (": run up to its check for one" if args is not None else ""))
+    args, files, needs_data = RUNS[name]
+    if needs_data and not SHARED_DATA.exists():
+        pytest.skip(f"benchmark data not found at {SHARED_DATA}")
+    out = tmp_path / "out"
+    fill = {CACHE: str(cache_dir), WORK: str(tmp_path / "work")}
+    if PG in args:
+        fill[PG] = request.getfixturevalue("postgres_url")
+    args = [fill.get(a, a) for a in args] + (["--out", str(out)] if files is not None else [])
+    start = time.perf_counter()
+    done = _run(name, args, tmp_path, cache_dir)
+    took = time.perf_counter() - start
+    assert done.returncode == 0, f"{name}.py {' '.join(args)} ({took:.0f} s):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    if files is None:
+        assert done.stdout.strip(), "it printed nothing"
+        return
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    for f in files:
+        assert (out / f).stat().st_size > 0, f
+        if f.endswith(".json"):
+            json.loads((out / f).read_text(encoding="utf-8"))
+    if name == "make_probes":  # the generator still writes the checked-in probe sets
+        for f in files:
+            assert (out / f).read_bytes() == (ROOT / "data" / "probes" / f).read_bytes(), f
+    if name in ("scale", "botloop"):  # each case on SQLite and on PostgreSQL
+        rows = json.loads((out / f"{name}.json").read_text())
+        assert {r["backend"] for r in rows} == {"sqlite", "postgresql"}
+
+
+# -- the scripts share code through common.py only ------------------------------------------------
+def _tree(name: str) -> ast.Module:
+    return ast.parse((BENCHMARKS / f"{name}.py").read_text(encoding="utf-8"))
+
+
+def test_scripts_import_no_other_script_and_keep_no_paths_of_their_own():
+    common_names = {n.id for node in _tree("common").body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                    for n in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target)
+                    if isinstance(n, ast.Name)}
+    common_names |= {node.name for node in _tree("common").body
+                     if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+    bad = []
+    for name in SCRIPTS:
+        for node in ast.walk(_tree(name)):
+            where = f"benchmarks/{name}.py:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Import):
+                bad += [f"{where} imports {a.name}" for a in node.names if a.name.split(".")[0] in SCRIPTS]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                top = (node.module or "").split(".")[0]
+                if top in SCRIPTS:
+                    bad.append(f"{where} imports from {node.module}")
+                elif top == "common":
+                    bad += [f"{where} imports {a.name}, which common.py does not define" for a in node.names
+                            if a.name not in common_names]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                bad += [f"{where} defines {n.id}" for t in targets for n in ast.walk(t)
+                        if isinstance(n, ast.Name) and n.id in ("ROOT", "DATA")]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path"
+                  and any(isinstance(a, ast.Name) and a.id == "__file__" for a in node.args)):
+                bad.append(f"{where} finds its own paths (Path(__file__)): they are in common.py")
+            elif isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+                bad.append(f"{where} changes sys.path: `python benchmarks/NAME.py` puts common.py on it")
+    assert not bad, "\n".join(bad)
