@@ -54,7 +54,7 @@ def threads(item: dict, filler: list[list[str]]) -> dict[str, tuple]:
     return out
 
 
-def run(strategies: list[str], budget: str, cache_dir: str | None) -> dict:
+def run(strategies: list[str], budget: str, cache_dir: str | None, limit: int | None = None) -> dict:
     settings = Settings.load(cache_dir=cache_dir)
     if settings.llm is None:
         raise SystemExit("no LLM configured: see the docstring")
@@ -62,7 +62,7 @@ def run(strategies: list[str], budget: str, cache_dir: str | None) -> dict:
     llm = RecordedLLM(make_llm(settings.llm), Path(settings.cache_dir) / "sharded_replies.jsonl")
     spec = json.loads(SET.read_text(encoding="utf-8"))
     results: dict = {"model": llm.model, "budget": budget, "items": {}}
-    for item in spec["items"]:
+    for item in spec["items"][:limit]:
         rows: dict = {}
         for variant, (thread, request) in threads(item, spec["filler"][item["language"]]).items():
             for name in strategies:
@@ -103,9 +103,10 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--budget", default="450", help="the answer guidance and reminder take ~150 of it")
     parser.add_argument("--cache-dir")
+    parser.add_argument("--limit", type=int, help="only the first N items (a trial run)")
     add_out(parser)
     args = parser.parse_args()
-    results = run(args.strategies, args.budget, args.cache_dir)
+    results = run(args.strategies, args.budget, args.cache_dir, args.limit)
     save(results, args.out, "sharded", markdown)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -44,13 +45,17 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
     "time_requests": (["--limit", "3"], ["time_requests.jsonl"], True),
     "tool_results": (["--threads", "1"], ["tool_results.json", "tool_results.md"], True),
 }
-# Scripts whose every result is a model's answer: the real local LLM server (or an upstream) is
-# out of this file's reach. Those with a check for a configured LLM are run up to it.
-NEEDS_LLM: dict[str, list[str] | None] = {
-    "answers": ["--parts", "samples", "locomo", "--locomo", "1", "--strategies", "window"],
-    "llm_request": ["--sets", "samples"],
-    "sharded": ["--strategies", "window"],
-    "proxy_turns": None,  # asks --upstream from its first turn on: no check before it
+# Scripts whose every result is a model's answer: without one they stop at their check for it
+# (the first arguments, or None where there is no check before the first call); with the real
+# local model (the llm tier) they run on the second, tiny arguments. "{llm}" is its base URL.
+LLM = "{llm}"
+NEEDS_LLM: dict[str, tuple[list[str] | None, list[str], list[str]]] = {
+    "answers": (["--parts", "samples", "locomo", "--locomo", "1", "--strategies", "window"],
+                ["--parts", "locomo", "--locomo", "1", "--strategies", "window"], ["answers.json", "answers.md"]),
+    "llm_request": (["--sets", "samples"], ["--sets", "samples"], ["llm_request.json", "llm_request.md"]),
+    "sharded": (["--strategies", "window"], ["--strategies", "window", "--limit", "1"], ["sharded.json", "sharded.md"]),
+    "proxy_turns": (None, ["--upstream", LLM, "--model", "{model}", "--turns", "1", "--history-tokens", "400",
+                           "--max-tokens", "8", "--port", "{port}"], ["proxy_turns.json", "proxy_turns.md"]),
 }
 
 
@@ -73,15 +78,15 @@ def test_every_script_is_smoke_tested_or_said_to_need_an_llm():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_benchmark_runs_on_a_tiny_input(name, tmp_path, cache_dir, request):
-    if name in NEEDS_LLM:
-        args = NEEDS_LLM[name]
-        if args is not None:  # as far as it goes without a model: imports, arguments, its check
-            out = tmp_path / "out"
-            done = _run(name, [*args, "--out", str(out)], tmp_path, cache_dir, timeout=120)
-            assert done.returncode == 1 and "no LLM configured" in done.stderr, done.stderr[-3000:]
-            assert not out.exists()
-        pytest.skip(f"{name}.py needs an LLM for every result (the local server or --upstream)"
-                    + (": run up to its check for one" if args is not None else ""))
+    if name in NEEDS_LLM:  # as far as it goes without a model: imports, arguments, its check
+        args = NEEDS_LLM[name][0]
+        if args is None:
+            pytest.skip(f"{name}.py calls its upstream from the first turn: run with the model below")
+        out = tmp_path / "out"
+        done = _run(name, [*args, "--out", str(out)], tmp_path, cache_dir, timeout=120)
+        assert done.returncode == 1 and "no LLM configured" in done.stderr, done.stderr[-3000:]
+        assert not out.exists()
+        return
     args, files, needs_data = RUNS[name]
     if needs_data and not SHARED_DATA.exists():
         pytest.skip(f"benchmark data not found at {SHARED_DATA}")
@@ -108,6 +113,32 @@ def test_benchmark_runs_on_a_tiny_input(name, tmp_path, cache_dir, request):
     if name in ("scale", "botloop"):  # each case on SQLite and on PostgreSQL
         rows = json.loads((out / f"{name}.json").read_text())
         assert {r["backend"] for r in rows} == {"sqlite", "postgresql"}
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(NEEDS_LLM))
+def test_benchmark_with_the_local_model_runs_on_a_tiny_input(name, tmp_path, cache_dir, llm_env):
+    """The scripts whose results are answers, against the packaged model: one or two answers each."""
+    if name in ("answers", "proxy_turns") and not SHARED_DATA.exists():  # LoCoMo
+        pytest.skip(f"benchmark data not found at {SHARED_DATA}")
+    _, args, files = NEEDS_LLM[name]
+    fill = {LLM: llm_env["OPENAI_BASE_URL"], "{model}": llm_env["SEMHIST_LLM_MODEL"], "{port}": str(_free_port())}
+    out = tmp_path / "out"
+    env = {**_env(tmp_path, cache_dir), **llm_env}
+    done = subprocess.run([sys.executable, f"benchmarks/{name}.py", *[fill.get(a, a) for a in args], "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{name}.py:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
+    for f in files:
+        if f.endswith(".json"):
+            json.loads((out / f).read_text(encoding="utf-8"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 # -- the scripts share code through common.py only ------------------------------------------------
