@@ -105,3 +105,30 @@ def test_an_ask_after_an_append_does_not_grow_with_the_thread(make_history, view
         assert extra[SIZES[1]] <= extra[SIZES[0]] + max(2, most // 6), (kind, extra)
     reads = {n: after["store_reads"] + after["store_rows"] for n, (after, _) in counts.items()}
     assert reads[SIZES[1]] <= reads[SIZES[0]] + 4, reads  # store work per ask: not the thread's size
+
+
+def test_a_thread_id_is_checked_where_it_comes_in_and_where_a_thread_row_is_written(make_history):
+    """An append and an ask each check the thread id twice: History where it comes in, and the
+    store where a thread row can be made (the ask writes its turn log). The store's reads take
+    the id as given; before, an ask checked it 3 times and an append 5."""
+    import sys
+
+    from semhist.kernel import ids
+
+    history = make_history()
+    history.add_many("t", teams_thread(40))
+    history.ask("t", "warm up")
+    checks = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is ids.check_thread_id.__code__:
+            checks.append(frame.f_back.f_code.co_name)
+
+    for call in (lambda: history.add("t", "user", "and the budget?"), lambda: history.ask("t", "the budget?")):
+        checks.clear()
+        sys.setprofile(profile)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+        assert len(checks) == 2 and "_ensure_thread" in checks, checks

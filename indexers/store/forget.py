@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from semhist.kernel.errors import InputError
-from .records import StoredMessage, check_thread_id
+from .records import StoredMessage
 from .rows import COLUMNS, chunks, marks, message_row, request_key, terms_column
 
 TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
@@ -42,7 +42,6 @@ class ForgetMixin:
         """Remove the given messages, or every message older than `before` (and turn-log
         entries older than it), with the statements quoted from them and every summary that
         covered them."""
-        check_thread_id(thread_id)
         if ids is None and before is None:
             raise InputError("forget_messages needs ids or a date")
         with self._write(thread_id) as cur:

@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from .records import Key, NoteRecord, SummaryRecord, check_thread_id
+from .records import Key, NoteRecord, SummaryRecord
 from .rows import now_iso, request_key
 
 _NOTE_COLUMNS = "id, source_id, kind, text, quote, source_ts, superseded_by"
@@ -22,7 +22,7 @@ class MemoryMixin:
         with self._read() as cur:
             cur.execute(self._sql("SELECT upto_ts, upto_id, text, model, covered_tokens, created_at, first_ts "
                                   "FROM summaries WHERE thread_id = ? ORDER BY upto_ts DESC, upto_id DESC LIMIT 1"),
-                        (check_thread_id(thread_id),))
+                        (thread_id,))
             row = cur.fetchone()
         if row is None:
             return None
@@ -40,14 +40,14 @@ class MemoryMixin:
         where = " AND superseded_by IS NULL" if active_only else ""
         with self._read() as cur:
             cur.execute(self._sql(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE thread_id = ?{where} ORDER BY id"),
-                        (check_thread_id(thread_id),))
+                        (thread_id,))
             return [NoteRecord(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in cur.fetchall()]
 
     def notes_progress(self: Any, thread_id: str) -> Key | None:
         """The last message the statement extraction has read (every earlier one is done)."""
         with self._read() as cur:
             cur.execute(self._sql("SELECT notes_ts, notes_id FROM threads WHERE thread_id = ?"),
-                        (check_thread_id(thread_id),))
+                        (thread_id,))
             row = cur.fetchone()
         return (float(row[0]), int(row[1])) if row and row[1] is not None else None
 
@@ -78,7 +78,7 @@ class MemoryMixin:
     # -- manifests and turn log ----------------------------------------------------------
     def manifest(self: Any, thread_id: str) -> dict[str, Any] | None:
         with self._read() as cur:
-            cur.execute(self._sql("SELECT payload FROM manifests WHERE thread_id = ?"), (check_thread_id(thread_id),))
+            cur.execute(self._sql("SELECT payload FROM manifests WHERE thread_id = ?"), (thread_id,))
             row = cur.fetchone()
             return json.loads(row[0]) if row else None
 
@@ -96,7 +96,7 @@ class MemoryMixin:
     def turns(self: Any, thread_id: str | None, limit: int | None = None) -> list[dict[str, Any]]:
         """The turn log of a thread (every thread when None), oldest first; the newest
         `limit` when given. Each record carries its thread id."""
-        where, params = ("WHERE thread_id = ? ", [check_thread_id(thread_id)]) if thread_id else ("", [])
+        where, params = ("WHERE thread_id = ? ", [thread_id]) if thread_id else ("", [])
         with self._read() as cur:
             cur.execute(self._sql(f"SELECT thread_id, at, payload FROM turn_log {where}ORDER BY id DESC LIMIT ?"),
                         (*params, limit or 2**31 - 1))

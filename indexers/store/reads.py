@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .lexical_keys import query_tokens
-from .records import Changes, Key, Marker, StoredBlock, StoredMessage, check_thread_id
+from .records import Changes, Key, Marker, StoredBlock, StoredMessage
 from .rows import COLUMNS, assemble_blocks, chunks, history_blob, marks, message_row
 
 
@@ -24,7 +24,6 @@ class ReadMixin:
     def messages(self: Any, thread_id: str, *, ids: Sequence[int] | None = None, last: int | None = None,
                  with_vectors: bool = False) -> list[StoredMessage]:
         """Messages in order (timestamp, then arrival): all, the given ids, or the `last` n."""
-        check_thread_id(thread_id)
         cols = self._select(with_vectors)
         with self._read() as cur:
             if ids is not None:
@@ -44,7 +43,7 @@ class ReadMixin:
         """The ids of the newest `n` messages, oldest first."""
         with self._read() as cur:
             cur.execute(self._sql("SELECT id FROM messages WHERE thread_id = ? ORDER BY sort_ts DESC, id DESC LIMIT ?"),
-                        (check_thread_id(thread_id), int(n)))
+                        (thread_id, int(n)))
             return [int(r[0]) for r in reversed(cur.fetchall())]
 
     def between(self: Any, thread_id: str, after: Key | None, through: Key, *, role: str | None = None,
@@ -52,7 +51,7 @@ class ReadMixin:
         """Messages after `after` (exclusive) up to `through` (inclusive), in order."""
         lo = after or (float("-inf"), -1)
         where = "thread_id = ? AND (sort_ts, id) > (?, ?) AND (sort_ts, id) <= (?, ?)"
-        params: list[Any] = [check_thread_id(thread_id), lo[0], lo[1], through[0], through[1]]
+        params: list[Any] = [thread_id, lo[0], lo[1], through[0], through[1]]
         if role is not None:
             where, params = where + " AND role = ?", params + [role]
         with self._read() as cur:
@@ -65,7 +64,7 @@ class ReadMixin:
         with self._read() as cur:
             cur.execute(self._sql("SELECT sort_ts, id FROM messages WHERE thread_id = ? AND (sort_ts, id) <= (?, ?) "
                                   "ORDER BY sort_ts DESC, id DESC LIMIT 1 OFFSET ?"),
-                        (check_thread_id(thread_id), key[0], key[1], int(n)))
+                        (thread_id, key[0], key[1], int(n)))
             row = cur.fetchone()
         return (float(row[0]), int(row[1])) if row else None
 
@@ -74,7 +73,7 @@ class ReadMixin:
         with self._read() as cur:
             cur.execute(self._sql("SELECT COALESCE(SUM(tokens), 0) FROM messages WHERE thread_id = ? "
                                   "AND role <> 'system' AND (sort_ts, id) <= (?, ?)"),
-                        (check_thread_id(thread_id), key[0], key[1]))
+                        (thread_id, key[0], key[1]))
             return int(cur.fetchone()[0])
 
     def in_time(self: Any, thread_id: str, start: float, end: float, limit: int) -> list[StoredMessage]:
@@ -82,20 +81,20 @@ class ReadMixin:
         with self._read() as cur:
             cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? AND sort_ts >= ? AND sort_ts < ? "
                                   "AND role <> 'system' ORDER BY sort_ts, id LIMIT ?"),
-                        (check_thread_id(thread_id), start, end, int(limit)))
+                        (thread_id, start, end, int(limit)))
             return [message_row(r) for r in cur.fetchall()]
 
     def system_messages(self: Any, thread_id: str) -> list[StoredMessage]:
         with self._read() as cur:
             # sorted here: ORDER BY sort_ts would walk the whole thread instead of the system rows
             cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? AND role = 'system'"),
-                        (check_thread_id(thread_id),))
+                        (thread_id,))
             return sorted((message_row(r) for r in cur.fetchall()), key=lambda m: m.key)
 
     def tail(self: Any, thread_id: str, with_vectors: bool = True) -> list[StoredMessage]:
         """The open tail: messages not yet in a closed block."""
         with self._read() as cur:
-            return self._tail(cur, check_thread_id(thread_id), with_vectors)
+            return self._tail(cur, thread_id, with_vectors)
 
     def _tail(self: Any, cur, thread_id: str, with_vectors: bool = True) -> list[StoredMessage]:
         cur.execute(self._sql(f"SELECT {self._select(with_vectors)} FROM messages WHERE thread_id = ? "
@@ -109,7 +108,6 @@ class ReadMixin:
     def changes(self: Any, thread_id: str, after_id: int, after_block: int) -> Changes:
         """Messages stored with an id above `after_id` and blocks closed after `after_block`,
         read in one snapshot together with the thread's marker."""
-        check_thread_id(thread_id)
         with self._snapshot() as cur:
             marker = self._marker(cur, thread_id)
             if marker is None:
@@ -134,7 +132,6 @@ class ReadMixin:
 
     def vectors(self: Any, thread_id: str, after_id: int = 0, batch: int = 20000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(ids, vectors) of stored message vectors with id > after_id, in batches by id."""
-        check_thread_id(thread_id)
         last = after_id
         while True:
             with self._read() as cur:
@@ -149,13 +146,12 @@ class ReadMixin:
 
     def vector_count(self: Any, thread_id: str) -> int:
         with self._read() as cur:
-            cur.execute(self._sql("SELECT n_vectors FROM threads WHERE thread_id = ?"), (check_thread_id(thread_id),))
+            cur.execute(self._sql("SELECT n_vectors FROM threads WHERE thread_id = ?"), (thread_id,))
             row = cur.fetchone()
             return int(row[0]) if row else 0
 
     def blocks(self: Any, thread_id: str, block_nos: Sequence[int] | None = None) -> list[StoredBlock]:
         """Closed blocks (all, or the given numbers) with their member message ids in order."""
-        check_thread_id(thread_id)
         with self._read() as cur:
             if block_nos is None:
                 return self._blocks_after(cur, thread_id, -1)
@@ -179,14 +175,14 @@ class ReadMixin:
                 # walks the thread's block index instead
                 cur.execute(self._sql(f"SELECT id, block_no, thread_id FROM messages WHERE id IN ({marks(chunk)})"),
                             chunk)
-                out.update((int(i), b) for i, b, t in cur.fetchall() if t == check_thread_id(thread_id))
+                out.update((int(i), b) for i, b, t in cur.fetchall() if t == thread_id)
         return out
 
     def search_blocks(self: Any, thread_id: str, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
         """The k closed blocks whose terms best match, (block number, score) best first.
         Only the rarest terms are looked up: one in most blocks chooses nothing, and ranking
         every block that holds it would cost more than the rest of the request."""
-        tokens = query_tokens(check_thread_id(thread_id), terms)
+        tokens = query_tokens(thread_id, terms)
         if not tokens or k <= 0:
             return []
         with self._read() as cur:

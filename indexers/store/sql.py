@@ -108,6 +108,9 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
 
     # -- threads -------------------------------------------------------------------------
     def _ensure_thread(self, cur, thread_id: str) -> None:
+        # Every write passes here: the one place a thread row can be made, so the one place the
+        # store checks an id. Reads take the id as given (History checked it where it came in;
+        # an id that was never stored finds nothing).
         cur.execute(self._sql("INSERT INTO threads (thread_id, created_at, uid) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
                     (check_thread_id(thread_id), now_iso(), uuid.uuid4().hex))
 
@@ -119,7 +122,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
     def marker(self, thread_id: str) -> Marker | None:
         """The thread's current identity and version; None when there is no such thread."""
         with self._read() as cur:
-            return self._marker(cur, check_thread_id(thread_id))
+            return self._marker(cur, thread_id)
 
     def threads(self) -> list[ThreadInfo]:
         # counters and index look-ups, not a scan: a thread may hold millions of messages
@@ -150,7 +153,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
 
     def retention(self, thread_id: str) -> float | None:
         with self._read() as cur:
-            cur.execute(self._sql("SELECT retention_days FROM threads WHERE thread_id = ?"), (check_thread_id(thread_id),))
+            cur.execute(self._sql("SELECT retention_days FROM threads WHERE thread_id = ?"), (thread_id,))
             row = cur.fetchone()
             return row[0] if row else None
 
@@ -158,7 +161,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
     def pii(self, thread_id: str) -> str | None:
         """The masking rules the thread's messages were written with (comma-separated)."""
         with self._read() as cur:
-            cur.execute(self._sql("SELECT pii FROM threads WHERE thread_id = ?"), (check_thread_id(thread_id),))
+            cur.execute(self._sql("SELECT pii FROM threads WHERE thread_id = ?"), (thread_id,))
             row = cur.fetchone()
             return row[0] if row else None
 
@@ -169,7 +172,6 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
         blocks in the open tail, all in one transaction; with the thread's manifest and the
         masking rules the messages were prepared with. Raises StaleRules when another writer
         gave the thread rules these messages were not masked with."""
-        check_thread_id(thread_id)
         with self._write(thread_id) as cur:
             self._record_rules(cur, thread_id, pii)
             if manifest is not None:
@@ -288,7 +290,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
         with self._read() as cur:
             for chunk in chunks(keys):
                 cur.execute(self._sql(f"SELECT source_key, id FROM messages WHERE thread_id = ? AND source_key IN "
-                                      f"({marks(chunk)})"), (check_thread_id(thread_id), *chunk))
+                                      f"({marks(chunk)})"), (thread_id, *chunk))
                 found.update((r[0], int(r[1])) for r in cur.fetchall())
         return found
 
@@ -298,7 +300,7 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
             raise NotFoundError(f"thread {thread_id} holds no message with key {source_key!r}")
         with self._read() as cur:
             cur.execute(self._sql("SELECT id FROM messages WHERE thread_id = ? AND source_key = ?"),
-                        (check_thread_id(thread_id), source_key))
+                        (thread_id, source_key))
             row = cur.fetchone()
         if row is None:
             raise NotFoundError(f"thread {thread_id} holds no message with key {source_key!r}")

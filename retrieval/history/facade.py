@@ -64,6 +64,7 @@ class History(Maintenance):
     # -- writes --------------------------------------------------------------------------
     def ingest(self, thread_id: str, thread: Thread, progress: Callable[[int], None] | None = None) -> IngestResult:
         """Store a whole history; messages already stored from the same input are skipped."""
+        check_thread_id(thread_id)
         keys = [source_key(i, m) for i, m in enumerate(thread.messages)]
         return self._write(thread_id, thread.messages, keys, progress)
 
@@ -103,7 +104,6 @@ class History(Maintenance):
         return self._write(thread_id, thread.messages, keys)
 
     def _write(self, thread_id: str, messages, keys, progress=None) -> IngestResult:
-        check_thread_id(thread_id)
         entry = self.parts.states.entry(thread_id)
         manifest = self._verify(entry, create=True)
         result = self.parts.ingestor.append(thread_id, messages, keys, progress, manifest=manifest)
