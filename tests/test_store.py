@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from semhist.kernel.errors import ConfigError, InputError
-from semhist.indexers.store import MIGRATIONS, ClosedBlock, NewMessage, check_thread_id, open_store
+from semhist.indexers.store import MIGRATIONS, ClosedBlock, NewMessage, open_store
+from semhist.kernel.ids import check_thread_id
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 

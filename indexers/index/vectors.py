@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from semhist.kernel.errors import IndexMismatchError, SemhistError
-from ..store import Marker, StoreReader, check_thread_id
+from semhist.kernel.ids import check_thread_id
+
+from ..store import Marker, StoreReader
 from .faiss_index import FLAT, HNSW, FaissIndex
 
 log = logging.getLogger("semhist.vectors")

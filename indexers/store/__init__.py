@@ -16,12 +16,12 @@ from semhist.kernel.errors import ConfigError
 from .migrations import MIGRATIONS
 from .protocols import StoreForgetter, StoreReader, StoreWriter
 from .records import (AppendResult, Changes, StaleRules, ClosedBlock, Key, Marker, NewMessage, NoteRecord, StoredBlock,
-                      StoredMessage, SummaryRecord, ThreadInfo, check_thread_id, thread_id_for)
+                      StoredMessage, SummaryRecord, ThreadInfo)
 from .sql import SQLStore
 
 __all__ = ["MIGRATIONS", "AppendResult", "Changes", "ClosedBlock", "Key", "Marker", "NewMessage", "NoteRecord",
-           "SQLStore", "StaleRules", "StoreForgetter", "StoreReader", "StoreWriter", "StoredBlock", "StoredMessage", "SummaryRecord", "ThreadInfo", "check_thread_id",
-           "thread_id_for", "open_store", "STORES"]
+           "SQLStore", "StaleRules", "StoreForgetter", "StoreReader", "StoreWriter", "StoredBlock", "StoredMessage",
+           "SummaryRecord", "ThreadInfo", "open_store", "STORES"]
 
 
 def _sqlite(url: str) -> SQLStore:

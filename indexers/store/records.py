@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from semhist.kernel.errors import BackendError
-from semhist.kernel.ids import check_thread_id, thread_id_for  # noqa: F401  (the store's interface)
 from semhist.kernel.model import Key, StoredMessage  # noqa: F401  (the store's interface)
 
 

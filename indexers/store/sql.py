@@ -17,8 +17,10 @@ from .lexical_keys import block_document
 from .memory import MemoryMixin
 from .reads import ReadMixin
 from .migrations import MIGRATIONS, script
+from semhist.kernel.ids import check_thread_id
+
 from .records import (AppendResult, StaleRules, ClosedBlock, Marker, NewMessage, StoredBlock, StoredMessage,
-                      ThreadInfo, check_thread_id)
+                      ThreadInfo)
 from .rows import INSERT, chunks, history_blob, marks, now_iso, offset, stamp, terms_column
 
 _MARKER = "uid, generation, version, n_messages, n_tokens, n_vectors, pii"
