@@ -72,9 +72,9 @@ def part_ranks(settings: Settings, threads: list[Thread]) -> dict:
         for q in thread.queries:
             if not q.has_evidence or q.category not in CATEGORIES:
                 continue
-            plan = engine.keywords(q.text, thread)
+            plan = engine.parts.asker.keywords(q.text, thread.last_time)
             terms = searched_terms(index, plan.terms)
-            dense = dense_rows(index, embed_query(engine.embedder, plan.query))
+            dense = dense_rows(index, embed_query(engine.parts.embedder, plan.query))
             scores = {"cosine": dense, "BM25": index.lexical.scores(terms), "fused": fused_rows(index, dense, terms)}
             for name, s in scores.items():
                 rank = np.empty(len(s), dtype=np.int64)
@@ -106,7 +106,7 @@ def feedback(engine: Engine, thread: Thread, request: str, plan: KeywordResult, 
              extra: int = 5) -> KeywordResult:
     """The rarest words of the `hits` best messages added to the lexical terms."""
     index = engine.index(thread)
-    fused = fused_rows(index, dense_rows(index, embed_query(engine.embedder, plan.query)),
+    fused = fused_rows(index, dense_rows(index, embed_query(engine.parts.embedder, plan.query)),
                        searched_terms(index, plan.terms))
     terms = _terms(engine, thread)
     n, df = len(terms), _document_frequency(engine, thread)

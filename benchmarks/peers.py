@@ -328,8 +328,9 @@ def semhist_writes(threads: Sequence[Thread], settings: Settings, t: Tallies) ->
 def semhist_eval(threads: Sequence[Thread], engine: Engine, dataset: str) -> dict[str, dict]:
     out = {}
     for b in BUDGETS:  # each budget embeds its queries afresh, as the peers do (the engine caches them)
-        engine.embedder.cache.delete_many([cache_key(engine.embedder.id, QUERY, engine.keywords(q.text, th).query)
-                                           for th in threads for q in th.queries])
+        embedder, asker = engine.parts.embedder, engine.parts.asker
+        embedder.cache.delete_many([cache_key(embedder.id, QUERY, asker.keywords(q.text, th.last_time).query)
+                                    for th in threads for q in th.queries])
         out[b] = evaluate(engine, threads, ["blocks"], budget=Budget.parse(b), dataset=dataset)["strategies"]["blocks"]
     return out
 

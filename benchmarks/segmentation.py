@@ -51,7 +51,7 @@ def evaluate(path: Path, engine: Engine, limit: int | None = None) -> list[tuple
     scores: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
     for tid, thread in raw.items():
         msgs = thread.messages
-        vectors = engine.embedder.embed([embedding_text(m) for m in msgs])
+        vectors = engine.parts.embedder.embed([embedding_text(m) for m in msgs])
         reference = [s for s, _, _ in gold[tid]]
         for name, fn in methods.items():
             scores[name].append(pk_wd(reference, fn(msgs, vectors), len(msgs)))

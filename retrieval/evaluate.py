@@ -16,6 +16,7 @@ from semhist.kernel.settings import Budget
 
 from .engine import Engine
 from .llm import LLMClient
+from .memory import memory_needs
 from .pipeline import get_strategy
 from .pipeline.asker import AskResult
 from .scoring import answer_f1, coverage, judge, prefix_reuse, token_f1
@@ -146,9 +147,9 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
     """
     for name in strategies:
         get_strategy(name)  # unknown names fail before any work
-        if engine.memory_needs(name) and engine.llm is None:
+        if memory_needs(name, engine.settings) and engine.parts.llm is None:
             raise ConfigError(f"strategy {name} needs an LLM to summarize; configure one or leave it out")
-    if answer and engine.llm is None:
+    if answer and engine.parts.llm is None:
         raise ConfigError("eval --answer needs an LLM: set OPENAI_BASE_URL/OPENAI_API_KEY and SEMHIST_LLM_MODEL, "
                           "or run semhist llm-server")
     if answer:
@@ -161,8 +162,8 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
     if needs_index:
         # Load the tokenizer and the query embedder outside the timed loop: a bot pays
         # that once per process, not per request.
-        engine.keywords("warm up")
-        engine.embedder.inner.embed(["warm up"], "query")
+        engine.parts.asker.keywords("warm up")
+        engine.parts.embedder.inner.embed(["warm up"], "query")
     for thread in threads:
         progress = on_thread(thread, len(thread.messages)) if on_thread else None
         if needs_index:
@@ -173,7 +174,7 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
             if not query.has_evidence:
                 skipped += 1
                 continue
-            keywords = engine.keywords(query.text, thread) if needs_index else None
+            keywords = engine.parts.asker.keywords(query.text, thread.last_time) if needs_index else None
             relevant = set(query.relevant)
             record = {"thread": thread.id, "query": query.text, "category": query.category,
                       "analysis": keywords.to_dict() if keywords else None, "evidence_recall": {}}
@@ -202,7 +203,7 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
     return {
         "dataset": dataset,
         "budget": str(budget) if budget else None,
-        "settings": engine.describe(),
+        "settings": _described(engine),
         "skipped_queries": skipped,
         "strategies": {name: {**tallies[name].summary(), **(answers[name].summary() if answer else {})}
                        for name in strategies},
@@ -212,3 +213,14 @@ def evaluate(engine: Engine, threads: Sequence[Thread], strategies: Sequence[str
         "llm_failures": {name: tallies[name].llm_failures[:5] for name in strategies},
         **({"queries": records} if details else {}),
     }
+
+
+def _described(engine: Engine) -> dict:
+    """The settings a report's figures depend on."""
+    s = engine.settings
+    return {"embedder": s.embedder, "segmenter": s.segmenter, "gap_seconds": s.gap_seconds,
+            "max_block_tokens": s.max_block_tokens, "top_n": s.top_n, "min_score": s.min_score,
+            "relative_score": s.relative_score, "recent": s.recent, "window": s.window,
+            "hit_window": s.hit_window, "context_tokens": s.context_tokens,
+            "min_block_messages": s.min_block_messages, "utterance_k": s.utterance_k,
+            "keyword": s.keyword, "llm": s.llm.model if s.llm else None}

@@ -115,7 +115,6 @@ def test_a_forgotten_thread_used_again_is_a_new_thread_everywhere(make_history, 
 
 
 def test_files_and_stored_threads_take_one_path(engine, make_history, ramen):
-    from semhist import Engine  # noqa: F401  (the fixture's class)
     stored = make_history()
     stored.ingest("team", ramen)
     from_store = stored.ask("team", RAMEN_REQUEST, budget=Budget.parse("50%"))

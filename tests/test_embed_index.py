@@ -57,7 +57,7 @@ def test_e5_small_ranks_the_ramen_block_first(engine, ramen):
 
 def test_ramen_blocks_rank_first(engine, ramen):
     index = engine.index(ramen)
-    scored = score_blocks(index, embed_query(engine.embedder, "ラーメン"))
+    scored = score_blocks(index, embed_query(engine.parts.embedder, "ラーメン"))
     top_two = {p for sb in scored[:2] for p in sb.block.message_ids}
     assert set(range(2, 18)) <= top_two or set(range(64, 68)) <= top_two
     ramen_blocks = [sb for sb in scored if set(sb.block.message_ids) & RAMEN_TURNS]
@@ -73,7 +73,7 @@ def test_saved_index_round_trip_and_manifest(engine, ramen, tmp_path, settings):
     assert manifest["embedder"].startswith("use-m3") and manifest["dim"] == 512
     assert manifest["gap_seconds"] == 300 and manifest["max_block_tokens"] == 1200
     assert "faiss-cpu" in manifest["versions"]
-    q = embed_query(engine.embedder, "ラーメン")
+    q = embed_query(engine.parts.embedder, "ラーメン")
     assert [s.block.message_ids for s in score_blocks(again.index(ramen), q)] == \
         [s.block.message_ids for s in score_blocks(index, q)]
     again.close()

@@ -3,7 +3,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from semhist.kernel.settings import LLMConfig
-from semhist.pipeline.keyword import extract_keywords, local_keywords, local_plan, parse_keyword_reply
+from semhist.pipeline.keyword import extract_keywords, local_keywords, local_plan
+from semhist.pipeline.llmplan import parse_keyword_reply
 from semhist.llm import OpenAIChat, make_llm
 
 

@@ -73,7 +73,7 @@ def test_a_conversation_too_big_for_the_budget_comes_from_its_start(engine):
 
 
 def test_time_words_are_not_searched_as_a_topic(engine, days_thread):
-    kw = engine.keywords("先週の火曜日のラーメンの話をまとめて", days_thread)
+    kw = engine.parts.asker.keywords("先週の火曜日のラーメンの話をまとめて", days_thread.last_time)
     assert kw.keywords == ("ラーメン",) and "先週" not in kw.search_text
 
 
@@ -129,7 +129,7 @@ def test_ramen_topic_without_budget_still_keeps_every_ramen_turn(engine, ramen):
 
 
 def _vectors(engine, thread):
-    return engine.embedder.embed([embedding_text(m) for m in thread.messages])
+    return engine.parts.embedder.embed([embedding_text(m) for m in thread.messages])
 
 
 @pytest.mark.parametrize("segmenter", [TimeGapSegmenter(300, 120), TopicSegmenter(300, 400, percentile=70),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from semhist.kernel.tokens import count_message

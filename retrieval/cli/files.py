@@ -200,7 +200,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
             thread_id = engine.put(thread, progress=bar.update)
         blocks = len(engine.store.blocks(thread_id))
         print(f"indexed {engine.store.count(thread_id)} messages in {blocks} closed blocks and the open one with "
-              f"{engine.embedder.id} -> {args.out}")
+              f"{engine.parts.embedder.id} -> {args.out}")
     finally:
         engine.close()
     return 0

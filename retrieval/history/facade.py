@@ -2,8 +2,9 @@
 store, forget on request, and log what every prompt was built from.
 
 Writes go to the store and update this process's state of the thread; asks read that state
-(one marker read tells whether another process wrote). Files take the same path through a
-store of their own (`semhist.Engine`). The parts it wires are made in parts.py.
+(one marker read tells whether another process wrote). A `Thread` object (a history file)
+takes the same path: it is stored once (files.py) and asked as a stored thread. The parts it
+wires are made in parts.py; one request's work is in request.py.
 """
 
 from __future__ import annotations
@@ -17,29 +18,26 @@ from typing import Any
 
 import numpy as np
 
-from semhist.kernel.errors import InputError, NotFoundError
 from semhist.indexers.index import manifest as manifests
 from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.index.vectors import ThreadVectors
 from semhist.indexers.ingest import IngestResult, cutoff, source_key
 from semhist.indexers.lexical import TERMS_VERSION
 from semhist.indexers.loader import build_thread
+from semhist.indexers.store import Marker, SQLStore, StoredMessage
+from semhist.kernel.errors import InputError, NotFoundError
 from semhist.kernel.ids import MAX_KEY, check_thread_id
-from semhist.kernel.validate import check_request, resolve_zone
 from semhist.kernel.model import Thread
 from semhist.kernel.settings import Budget, Settings
-from semhist.indexers.store import Marker, SQLStore, StoredMessage
+from semhist.kernel.validate import resolve_zone
 
+from . import files
+from . import request as request_
 from ..llm import LLMClient
-from ..memory import Memory, check_llm, memory_needs
-from ..pipeline import AskResult, Asker, get_strategy
-from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
-from ..pipeline.assemble import floor_cost
+from ..pipeline import AskResult
 from .maintenance import Maintenance
 from .parts import Parts
 from .states import Entry
-from .turns import turn_record
-from .views import Reach, candidate_view, end_view, reach_for
 
 log = logging.getLogger("semhist.history")
 
@@ -52,9 +50,12 @@ class History(Maintenance):
     state is built on first use and kept in a bounded cache (`Settings.cache_mb`)."""
 
     def __init__(self, settings: Settings | None = None, *, store: SQLStore | None = None,
-                 llm: LLMClient | None | str = "auto", cache_writes: bool = False):
+                 llm: LLMClient | None | str = "auto", cache_writes: bool = False, add_threads: bool = True):
+        """`cache_writes`: stored messages' vectors also go to the on-disk embedding cache (files,
+        asked again and again). `add_threads=False`: `Thread` objects are only asked if the store
+        already holds them (a saved index)."""
         self.settings = settings or Settings.load()
-        self.parts = Parts(self.settings, store=store, llm=llm, cache_writes=cache_writes)
+        self.parts = Parts(self.settings, store=store, llm=llm, cache_writes=cache_writes, add_threads=add_threads)
 
     @property
     def store(self) -> SQLStore:
@@ -67,6 +68,11 @@ class History(Maintenance):
         check_thread_id(thread_id)
         keys = [source_key(i, m) for i, m in enumerate(thread.messages)]
         return self._write(thread_id, thread.messages, keys, progress)
+
+    def put(self, thread: Thread, progress: Callable[[int], None] | None = None) -> str:
+        """Store a `Thread` object (a loaded history file) once; returns its id in the store.
+        `ask`, `compare` and `index` take the object itself and call this."""
+        return files.put(self, thread, progress)
 
     def add(self, thread_id: str, role: str, content: str, *, name: str | None = None,
             timestamp: datetime | None = None, key: str | None = None) -> int:
@@ -160,8 +166,9 @@ class History(Maintenance):
         self._verify(entry)
         return entry, marker
 
-    def index(self, thread_id: str) -> ThreadIndex:
+    def index(self, thread: str | Thread) -> ThreadIndex:
         """The thread's whole index as it stands (threads up to `view_limit` messages)."""
+        thread_id = self.put(thread) if isinstance(thread, Thread) else thread
         entry, marker = self._current(thread_id)
         with entry.lock:
             self.parts.states.current(entry, marker)
@@ -194,92 +201,31 @@ class History(Maintenance):
         stored = {m.id: m for m in self.store.messages(thread_id, ids=ids)}
         return [(stored[i], float(s)) for s, i in zip(scores, ids) if i in stored]
 
-    def ask(self, thread_id: str, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
+    def ask(self, thread: str | Thread, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             answer: bool = False, log_turn: bool = True, keywords=None, system_prompt: str | None = None,
             closing: str | None = None) -> AskResult:
-        """Build the prompt for a stored thread and record what went into it."""
-        return self.compare(thread_id, request, [strategy], budget=budget, answer=answer, log_turn=log_turn,
+        """Build the prompt for a stored thread (its id) or a `Thread` object, and record what
+        went into it (for a stored thread)."""
+        return self.compare(thread, request, [strategy], budget=budget, answer=answer, log_turn=log_turn,
                             keywords=keywords, strict=True, system_prompt=system_prompt, closing=closing)[0]
 
-    def compare(self, thread_id: str, request: str, strategies: Iterable[str], *, budget: Budget | None = None,
+    def compare(self, thread: str | Thread, request: str, strategies: Iterable[str], *, budget: Budget | None = None,
                 answer: bool = False, log_turn: bool = True, keywords=None, strict: bool = False,
                 system_prompt: str | None = None, closing: str | None = None) -> list[AskResult]:
         """The same request under several strategies; the keyword is extracted once. A
         strategy that needs an LLM when none is configured is left out (the caller says so),
         or refused when `strict`. `system_prompt` replaces the configured one for this request;
         `closing` is a system message put just before the request (a caller that answers the
-        prompt itself passes `answer_reminder(request)`, as `answer=True` does)."""
-        start = time.perf_counter()
-        check_request(request, self.settings.max_message_chars)
-        asker, memory_ = self.parts.asker, self.parts.memory
-        if answer and system_prompt is None and not self.settings.system_prompt:
-            system_prompt, closing = ANSWER_GUIDANCE, answer_reminder(request)
-        if system_prompt:
-            check_request(system_prompt, self.settings.max_message_chars, what="system prompt")
-        if system_prompt is not None or closing:  # counted in the budget like the configured one
-            settings = replace(self.settings, system_prompt=(self.settings.system_prompt if system_prompt is None
-                                                             else system_prompt or None))
-            asker = Asker(settings, self.parts.embedder, self.parts.llm, closing)
-            memory_ = Memory(self.store, self.parts.llm, settings, closing)
-        names = []
-        for name in strategies:
-            get_strategy(name)  # an unknown name fails before any work
-            needs = memory_needs(name, self.settings)
-            if strict:
-                check_llm(needs, self.parts.llm)
-            if self.parts.llm is not None or not needs:
-                names.append(name)
-        entry, marker = self._current(thread_id)
-        if keywords is None and any(get_strategy(n).uses_search for n in names):
-            keywords = asker.keywords(request, self._anchor(entry, marker))
-        vector = asker.query_vector(keywords) if keywords is not None else None
-        masker = self.parts.ingestor.masker(marker.pii)  # the thread's masking came with its marker
-        as_stored = masker(request) if masker else None
-        out = []
-        for name in names:
-            began = time.perf_counter()
-            reach = None if get_strategy(name).uses_search else reach_for(asker, name, budget, request, marker)
-            with entry.lock:
-                index = self._searched(entry, marker, vector, keywords, reach)
-                viewed = time.perf_counter()
-                applied, raised = _floored(asker, index, request, budget, as_stored)
-                needs = memory_needs(name, self.settings)
-                plan = memory_.plan(index, needs, request, asker.limit(index, request, name, applied)) \
-                    if needs else None
-            memory = memory_.run(plan) if plan else None  # LLM calls: the thread stays open to writes
-            with entry.lock:
-                if memory is not None and index.whole:
-                    index = self._searched(entry, self.store.marker(thread_id) or marker, vector, keywords, reach)
-                result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
-                                   vector=vector, memory=memory, as_stored=as_stored)
-            result = _noted(result, index, budget, raised, marker)
-            if answer:
-                result = asker.answer(result)
-            if log_turn:
-                timings = {"view_ms": round((viewed - began) * 1000, 2),
-                           "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
-                self.store.log_turn(thread_id, turn_record(result, index, masker, timings))
-            out.append(result)
-        return out
-
-    def _searched(self, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None) -> ThreadIndex:
-        """What this request reads: the whole thread, or of a long thread a candidate view
-        (searching strategies) or its end as far back as `reach` (the others)."""
-        self.parts.states.current(entry, marker)
-        if entry.index is not None:
-            return entry.index
-        if reach is not None:
-            return end_view(self.store, entry.thread_id, marker, reach)
-        return candidate_view(self.store, entry.vectors, entry.closed, marker, vector, keywords, self.parts.embedder.dim,
-                              self.parts.segmenter, recent=self.settings.recent + 1)
-
-    def _anchor(self, entry: Entry, marker: Marker):
-        """The time of the thread's last message: relative dates ("last week") count from it."""
-        index = entry.index
-        if index is not None and index.marker == marker:
-            return index.last_time
-        last = [m for m in self.store.messages(entry.thread_id, last=1) if m.timestamp]
-        return last[-1].timestamp if last else None
+        prompt itself passes `answer_reminder(request)`, as `answer=True` does). A `Thread`
+        object is stored first (`put`); its results refer to it as loaded, and no turn is logged."""
+        thread_id = self.put(thread) if isinstance(thread, Thread) else thread
+        results = request_.compare(self.parts, lambda: self._current(thread_id), thread_id, request, strategies,
+                                   budget=budget, answer=answer, keywords=keywords, strict=strict,
+                                   log_turn=log_turn and not isinstance(thread, Thread),
+                                   system_prompt=system_prompt, closing=closing)
+        if isinstance(thread, Thread):
+            return [replace(r, thread=files.as_loaded(self, thread, thread_id, r.thread)) for r in results]
+        return results
 
     def threads(self):
         return self.store.threads()
@@ -291,31 +237,3 @@ class History(Maintenance):
     def close(self) -> None:
         """Finish background index work and write the FAISS files of long threads."""
         self.parts.close()
-
-
-# -- budgets and what a long thread's view left out ------------------------------------------
-def _floored(asker: Asker, index: ThreadIndex, request: str, budget: Budget | None,
-             as_stored: str | None) -> tuple[Budget | None, bool]:
-    """The budget applied, and whether a share was raised to its floor (`floor_cost`): a share
-    of a young thread is too small for the conversation it must carry on."""
-    if budget is None or not budget.relative:
-        return budget, False
-    s = asker.settings
-    full = asker.full_tokens(index, request)
-    floor = floor_cost(index.thread, index.turn_units, request, s.system_prompt, asker.closing, as_stored)
-    tokens = budget.tokens(full, floor)
-    return Budget(float(tokens), False), tokens > budget.tokens(full)
-
-
-def _noted(result: AskResult, index: ThreadIndex, budget: Budget | None, raised: bool, marker: Marker) -> AskResult:
-    """The result with notes on what the budget or a long thread's view changed."""
-    notes = []
-    if raised:
-        notes.append(f"the {budget} budget was raised to {result.budget_tokens} tokens: what the system prompt, "
-                     "the request and the last two exchanges need")
-    if result.strategy == "full" and not index.whole and result.budget_tokens is None:
-        notes.append(f"the thread has {marker.messages:,} messages, more than view_limit: every one was read "
-                     "from the store for `full`")
-    if not notes:
-        return result
-    return replace(result, prompt=replace(result.prompt, notes=(*notes, *result.prompt.notes)))

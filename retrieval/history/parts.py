@@ -20,13 +20,16 @@ from semhist.kernel.settings import Settings
 from ..llm import LLMClient, make_llm
 from ..memory import Memory
 from ..pipeline import Asker
+from .files import Known
 from .states import ThreadStates
 
 
 class Parts:
     def __init__(self, settings: Settings, *, store: SQLStore | None = None,
-                 llm: LLMClient | None | str = "auto", cache_writes: bool = False):
+                 llm: LLMClient | None | str = "auto", cache_writes: bool = False, add_threads: bool = True):
         self.settings = settings
+        self.add_threads = add_threads  # False: Thread objects only if stored (a saved index)
+        self.known = Known()  # Thread objects already stored, by fingerprint
         self.own_store = store is None  # a store we opened is ours to close
         self._store, self._llm_arg = store, llm
         self._cache_writes = cache_writes  # files: vectors of what is stored go to the embedding cache too

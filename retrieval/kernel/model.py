@@ -110,6 +110,11 @@ class Thread:
         """Where the system messages are (they go first in every prompt)."""
         return tuple(p for p, m in enumerate(self.messages) if m.role == "system")
 
+    @property
+    def last_time(self) -> datetime | None:
+        """The time of the newest timed message: relative dates ("last week") count from it."""
+        return next((m.timestamp for m in reversed(self.messages) if m.timestamp), None)
+
     @cached_property
     def fingerprint(self) -> str:
         """Identifies the messages as retrieval reads them (computed once per thread object)."""

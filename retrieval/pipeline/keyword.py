@@ -21,7 +21,7 @@ from semhist.indexers.lexical import EN_STOP, JA_META, _janome, chinese_runs, is
 from semhist.kernel.model import head_and_tail
 
 from ..llm import LLMClient
-from .llmplan import KEYWORD_PROMPT, checked, is_meta, parse_keyword_reply  # noqa: F401 (re-exported)
+from .llmplan import KEYWORD_PROMPT, checked
 from .timerange import TimeRange, parse_time_range
 
 _EN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")

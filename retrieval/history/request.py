@@ -1,0 +1,134 @@
+"""One request against a stored thread: the keyword once, then for each strategy the thread's
+view (the whole index, or a long thread's candidate view or its end), the budget, memory
+(summaries, statements: LLM calls made outside the thread's lock), the prompt, the answer, and
+the turn logged. `History.ask` and `History.compare` come here; nothing here is kept between
+requests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.indexers.store import Marker
+from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.validate import check_request
+
+from ..memory import Memory, check_llm, memory_needs
+from ..pipeline import AskResult, Asker, get_strategy
+from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
+from ..pipeline.assemble import floor_cost
+from .parts import Parts
+from .states import Entry
+from .turns import turn_record
+from .views import Reach, candidate_view, end_view, reach_for
+
+
+def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id: str, request: str,
+            strategies: Iterable[str], *, budget: Budget | None, answer: bool, log_turn: bool, keywords,
+            strict: bool, system_prompt: str | None, closing: str | None) -> list[AskResult]:
+    """The prompt for `request` under each strategy (see `History.compare`); `current` reads
+    the thread's entry and marker once the request and strategies are known to be valid."""
+    settings: Settings = parts.settings
+    start = time.perf_counter()
+    check_request(request, settings.max_message_chars)
+    asker, memory_ = parts.asker, parts.memory
+    if answer and system_prompt is None and not settings.system_prompt:
+        system_prompt, closing = ANSWER_GUIDANCE, answer_reminder(request)
+    if system_prompt:
+        check_request(system_prompt, settings.max_message_chars, what="system prompt")
+    if system_prompt is not None or closing:  # counted in the budget like the configured one
+        changed = replace(settings, system_prompt=(settings.system_prompt if system_prompt is None
+                                                   else system_prompt or None))
+        asker = Asker(changed, parts.embedder, parts.llm, closing)
+        memory_ = Memory(parts.store, parts.llm, changed, closing)
+    names = []
+    for name in strategies:
+        get_strategy(name)  # an unknown name fails before any work
+        needs = memory_needs(name, settings)
+        if strict:
+            check_llm(needs, parts.llm)
+        if parts.llm is not None or not needs:
+            names.append(name)
+    entry, marker = current()
+    if keywords is None and any(get_strategy(n).uses_search for n in names):
+        keywords = asker.keywords(request, _anchor(parts, entry, marker))
+    vector = asker.query_vector(keywords) if keywords is not None else None
+    masker = parts.ingestor.masker(marker.pii)  # the thread's masking came with its marker
+    as_stored = masker(request) if masker else None
+    out = []
+    for name in names:
+        began = time.perf_counter()
+        reach = None if get_strategy(name).uses_search else reach_for(asker, name, budget, request, marker)
+        with entry.lock:
+            index = _searched(parts, entry, marker, vector, keywords, reach)
+            viewed = time.perf_counter()
+            applied, raised = _floored(asker, index, request, budget, as_stored)
+            needs = memory_needs(name, settings)
+            plan = memory_.plan(index, needs, request, asker.limit(index, request, name, applied)) \
+                if needs else None
+        memory = memory_.run(plan) if plan else None  # LLM calls: the thread stays open to writes
+        with entry.lock:
+            if memory is not None and index.whole:
+                index = _searched(parts, entry, parts.store.marker(thread_id) or marker, vector, keywords, reach)
+            result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
+                               vector=vector, memory=memory, as_stored=as_stored)
+        result = _noted(result, index, budget, raised, marker)
+        if answer:
+            result = asker.answer(result)
+        if log_turn:
+            timings = {"view_ms": round((viewed - began) * 1000, 2),
+                       "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
+            parts.store.log_turn(thread_id, turn_record(result, index, masker, timings))
+        out.append(result)
+    return out
+
+
+def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None) -> ThreadIndex:
+    """What this request reads: the whole thread, or of a long thread a candidate view
+    (searching strategies) or its end as far back as `reach` (the others)."""
+    parts.states.current(entry, marker)
+    if entry.index is not None:
+        return entry.index
+    if reach is not None:
+        return end_view(parts.store, entry.thread_id, marker, reach)
+    return candidate_view(parts.store, entry.vectors, entry.closed, marker, vector, keywords, parts.embedder.dim,
+                          parts.segmenter, recent=parts.settings.recent + 1)
+
+
+def _anchor(parts: Parts, entry: Entry, marker: Marker):
+    """The time of the thread's last message: relative dates ("last week") count from it."""
+    index = entry.index
+    if index is not None and index.marker == marker:
+        return index.last_time
+    last = [m for m in parts.store.messages(entry.thread_id, last=1) if m.timestamp]
+    return last[-1].timestamp if last else None
+
+
+# -- budgets and what a long thread's view left out ------------------------------------------
+def _floored(asker: Asker, index: ThreadIndex, request: str, budget: Budget | None,
+             as_stored: str | None) -> tuple[Budget | None, bool]:
+    """The budget applied, and whether a share was raised to its floor (`floor_cost`): a share
+    of a young thread is too small for the conversation it must carry on."""
+    if budget is None or not budget.relative:
+        return budget, False
+    s = asker.settings
+    full = asker.full_tokens(index, request)
+    floor = floor_cost(index.thread, index.turn_units, request, s.system_prompt, asker.closing, as_stored)
+    tokens = budget.tokens(full, floor)
+    return Budget(float(tokens), False), tokens > budget.tokens(full)
+
+
+def _noted(result: AskResult, index: ThreadIndex, budget: Budget | None, raised: bool, marker: Marker) -> AskResult:
+    """The result with notes on what the budget or a long thread's view changed."""
+    notes = []
+    if raised:
+        notes.append(f"the {budget} budget was raised to {result.budget_tokens} tokens: what the system prompt, "
+                     "the request and the last two exchanges need")
+    if result.strategy == "full" and not index.whole and result.budget_tokens is None:
+        notes.append(f"the thread has {marker.messages:,} messages, more than view_limit: every one was read "
+                     "from the store for `full`")
+    if not notes:
+        return result
+    return replace(result, prompt=replace(result.prompt, notes=(*notes, *result.prompt.notes)))
