@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from common import (HOME_CACHE, ROOT, ReadyVectors, add_out, corpus, fresh_pg, out_file, pct, read_json, rss_mb, table,
-                    write_json)
+                    teams_shape, write_json)
 
 BUDGET = "2000"
 
@@ -75,21 +75,6 @@ WARM = 1_000  # turns after which caches (SQLite pages, token counts, embeddings
 SHAPE = "teams"  # set by --shape
 VIEW_LIMIT: int | None = None  # set by --view-limit
 PEOPLE = ("Caroline", "Melanie", "Taro Yamada", "Hanako Sato", "Mary Ann Lee")
-
-
-def teams_shape(messages: list) -> list:
-    """The bulk as a Teams bot stores it: LoCoMo's speakers stay as names, and one exchange in
-    20 becomes a tool call and its result (same count of messages, so vectors still line up)."""
-    from dataclasses import replace
-
-    out = list(messages)
-    for i in range(0, len(out) - 3, 20):
-        if [m.role for m in out[i:i + 4]] == ["user", "assistant", "user", "assistant"]:
-            call = {"id": f"call_{i}", "type": "function",
-                    "function": {"name": "search_notes", "arguments": json.dumps({"q": out[i].content[:40]})}}
-            out[i + 1] = replace(out[i + 1], content="", tool_calls=(call,), name=None)
-            out[i + 2] = replace(out[i + 2], role="tool", tool_call_id=f"call_{i}", name=None)
-    return out
 
 
 def _turn_writes(turn: int, texts: list[str], when) -> tuple[list[list[dict]], list[dict]]:

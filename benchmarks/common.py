@@ -325,3 +325,22 @@ def time_threads(threads: list[Thread], path: Path = JMULTIWOZ) -> dict[str, lis
     close = [with_time_queries(close_up(t, runs[t.id]), runs[t.id]) for t in threads]
     long = [with_time_queries(join_up(t, r), r, PER_THREAD * n) for t, r, n in one_after_another(threads, runs)]
     return {"spaced": spaced, "close": close, "long": long}
+
+
+# -- Teams-shaped threads ----------------------------------------------------------------------
+TEAMS_PEOPLE = ("Taro Yamada", "Hanako Sato", "Mary Ann Lee")
+
+
+def teams_shape(messages: list) -> list:
+    """Messages as a Teams bot stores them: LoCoMo's speakers stay as names (a user message
+    without one gets a person's), and one exchange in 20 becomes a tool call and its result
+    (same count of messages, so vectors and evidence positions still line up)."""
+    out = [replace(m, name=TEAMS_PEOPLE[i % len(TEAMS_PEOPLE)]) if m.role == "user" and not m.name else m
+           for i, m in enumerate(messages)]
+    for i in range(0, len(out) - 3, 20):
+        if [m.role for m in out[i:i + 4]] == ["user", "assistant", "user", "assistant"]:
+            call = {"id": f"call_{i}", "type": "function",
+                    "function": {"name": "search_notes", "arguments": json.dumps({"q": out[i].content[:40]})}}
+            out[i + 1] = replace(out[i + 1], content="", tool_calls=(call,), name=None)
+            out[i + 2] = replace(out[i + 2], role="tool", tool_call_id=f"call_{i}", name=None)
+    return out

@@ -62,8 +62,8 @@ def f1(answer: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def serve(upstream: str, port: int, data_dir: str) -> subprocess.Popen:
-    env = {**os.environ, "SEMHIST_DATA_DIR": data_dir}
+def serve(upstream: str, port: int, data_dir: str, layout: str) -> subprocess.Popen:
+    env = {**os.environ, "SEMHIST_DATA_DIR": data_dir, "SEMHIST_LAYOUT": layout}
     proc = subprocess.Popen([sys.executable, "-m", "semhist.cli", "serve", "--port", str(port),
                              "--upstream", upstream], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     for _ in range(600):
@@ -82,8 +82,20 @@ def turn(client, model: str, messages: list[dict], max_tokens: int) -> dict:
                                                            temperature=0)
     reply = raw.parse()
     return {"s": time.perf_counter() - start, "prompt_tokens": reply.usage.prompt_tokens,
-            "answer": reply.choices[0].message.content or "",
+            "cached_tokens": _cached(raw.http_response.json()), "answer": reply.choices[0].message.content or "",
             "semhist_tokens": int(raw.headers.get("x-semhist-prompt-tokens") or 0)}
+
+
+def _cached(body: dict) -> int | None:
+    """The prompt tokens the server read from its cache: OpenAI's usage field, or llama.cpp's
+    timings (the prompt it evaluated is what was not cached)."""
+    details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+    if isinstance(details.get("cached_tokens"), int):
+        return details["cached_tokens"]
+    timings = body.get("timings") or {}
+    if isinstance(timings.get("cache_n"), int):
+        return timings["cache_n"]
+    return None
 
 
 def run(args) -> dict:
@@ -92,12 +104,13 @@ def run(args) -> dict:
     history, questions = history_and_questions(args.history_tokens, args.turns)
     port = args.port
     with tempfile.TemporaryDirectory() as data_dir:
-        proc = serve(args.upstream, port, data_dir)
+        proc = serve(args.upstream, port, data_dir, args.layout)
         try:
             base = f"http://127.0.0.1:{port}"
             httpx.post(f"{base}/v1/threads/locomo/messages", json={"messages": history}, timeout=300).raise_for_status()
+            headers = {"X-Semhist-Thread": "locomo", **({"X-Semhist-Budget": args.budget} if args.budget else {})}
             proxied = openai.OpenAI(base_url=base + "/v1", api_key="unused", timeout=1800, max_retries=0,
-                                    default_headers={"X-Semhist-Thread": "locomo"})
+                                    default_headers=headers)
             direct = openai.OpenAI(base_url=args.upstream, api_key="unused", timeout=1800, max_retries=0)
             kept = [{"role": m["role"], "content": m["content"]} for m in history]  # what a plain bot keeps
             rows = []
@@ -119,7 +132,8 @@ def run(args) -> dict:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    return {"history_messages": len(history), "model": args.model, "rows": rows,
+    return {"history_messages": len(history), "model": args.model, "rows": rows, "layout": args.layout,
+            "budget": args.budget,
             "semhist_ask_ms": [t["timings_ms"]["total_ms"] for t in log]}
 
 
@@ -128,7 +142,10 @@ def summary(result: dict) -> dict:
     for name in ("semhist", "direct"):
         rows = [r[name] for r in result["rows"]]
         seconds = sorted(r["s"] for r in rows)
+        cached = [r["cached_tokens"] for r in rows[1:] if r.get("cached_tokens") is not None]
         out[name] = {"prompt_tokens_mean": round(statistics.mean(r["prompt_tokens"] for r in rows), 1),
+                     "cached_share": round(sum(cached) / sum(r["prompt_tokens"] for r in rows[1:]), 3)
+                     if cached else None,
                      "turn_s_p50": round(statistics.median(seconds), 2), "turn_s_max": round(seconds[-1], 2),
                      "answer_f1": round(statistics.mean(r["f1"] for r in rows), 3)}
     out["ratio"] = {k: round(out["semhist"][k] / out["direct"][k], 3) if out["direct"][k] else None
@@ -140,23 +157,25 @@ def summary(result: dict) -> dict:
 def write_md(result: dict, stats: dict, command: str) -> str:
     lines = ["# A bot's turns through /v1/chat/completions vs its whole history sent directly", "",
              f"`{command}` — model `{result['model']}`, {result['history_messages']} messages of LoCoMo "
-             f"conv-26 as the history, {len(result['rows'])} questions.", "",
-             "| path | model prompt tokens (mean) | turn p50 s | turn max s | answer token F1 |", "|---|---|---|---|---|"]
+             f"conv-26 as the history, {len(result['rows'])} questions; semhist's layout "
+             f"`{result.get('layout')}`, budget {result.get('budget') or 'the server default'}. Cached: the share "
+             "of the prompt tokens after the first turn the server read from its prefix cache (its own count).", "",
+             "| path | model prompt tokens (mean) | cached | turn p50 s | turn max s | answer token F1 |",
+             "|---|---|---|---|---|---|"]
     for name in ("semhist", "direct"):
         s = stats[name]
-        lines.append(f"| {name} | {s['prompt_tokens_mean']} | {s['turn_s_p50']} | {s['turn_s_max']} | {s['answer_f1']} |")
+        lines.append(f"| {name} | {s['prompt_tokens_mean']} | {s.get('cached_share')} | {s['turn_s_p50']} | "
+                     f"{s['turn_s_max']} | {s['answer_f1']} |")
     r = stats["ratio"]
     lines += ["", f"semhist / direct: prompt tokens {r['prompt_tokens_mean']}, turn time {r['turn_s_p50']}, "
               f"answer F1 {r['answer_f1']}; semhist's own ask (keyword, search, packing) p50 "
               f"{stats['semhist_ask_ms_p50']} ms.", "",
-              "Why semhist's turns can be slower although it sends a fraction of the tokens: llama.cpp's "
-              "server keeps the previous prompt and evaluates only what follows the common prefix. The "
-              "direct bot's history only grows, so a turn evaluates its few new tokens; semhist's prompt "
-              "changes near its head (the retrieved context follows the system prompt), so a turn "
-              "evaluates all of it. Hosted APIs bill such cached input at a discount too. semhist pays "
-              "where the history is far beyond the budget: past the model's context (8192 tokens for the "
-              "local model; the direct bot fails there), on long contexts whose attention cost grows, and "
-              "where nothing reuses a prefix.", "",
+              "llama.cpp's server keeps the previous prompt and evaluates only what follows the common "
+              "prefix. The direct bot's history only grows, so a turn evaluates its few new tokens. In "
+              "the head layout semhist's prompt changes near its head (the retrieved context follows the "
+              "system prompt), so a turn evaluates all of it; in the cache layout the prompt keeps its "
+              "start (the recent turns and what earlier turns retrieved) and a turn evaluates its new "
+              "exchange and its new retrieval. Hosted APIs bill such cached input at a discount too.", "",
               "| question | gold | semhist answer | direct answer |", "|---|---|---|---|"]
     for row in result["rows"]:
         cell = lambda text: str(text).replace("|", "/").replace("\n", " ")[:90]  # noqa: E731
@@ -173,13 +192,17 @@ def main() -> None:
     parser.add_argument("--history-tokens", type=int, default=6000, help="fits the local model's 8192 context")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--layout", default="cache", choices=["head", "cache"], help="semhist's prompt layout")
+    parser.add_argument("--budget", default="1000b", help="X-Semhist-Budget: tokens, a share, or billed tokens "
+                                                          "(1000b); empty: the server's default")
+    parser.add_argument("--name", default="proxy_turns", help="the result files' name (NAME.json, NAME.md)")
     add_out(parser)
     args = parser.parse_args()
     result = run(args)
     stats = summary(result)
-    write_json(out_file(args.out, "proxy_turns.json"), {**result, "summary": stats})
+    write_json(out_file(args.out, f"{args.name}.json"), {**result, "summary": stats})
     command = "python benchmarks/proxy_turns.py " + " ".join(sys.argv[1:])
-    (args.out / "proxy_turns.md").write_text(write_md(result, stats, command.strip()), encoding="utf-8")
+    (args.out / f"{args.name}.md").write_text(write_md(result, stats, command.strip()), encoding="utf-8")
     print(json.dumps(stats, indent=1))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .billing import price_model, warm_tokens
 from .pipeline import AskResult
 
 
@@ -42,6 +43,7 @@ def ask_dict(result: AskResult) -> dict[str, Any]:
         "full_history_tokens": result.full_tokens,
         "token_ratio": round(result.prompt.tokens / result.full_tokens, 4),
         "budget_tokens": result.budget_tokens,
+        "cached_tokens": result.cached_tokens,
         "llm_calls": result.llm_calls,
         "notes": list(result.prompt.notes),
     }
@@ -90,12 +92,18 @@ def ask_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def compare_rows(results: list[AskResult]) -> list[dict[str, Any]]:
+def compare_rows(results: list[AskResult], price: str = "openai", layout: str = "head") -> list[dict[str, Any]]:
+    """One row per strategy. `billed_warm`: the input billed under the `price` model had the
+    previous turn's prompt been built the same way and still be cached (billing.warm_tokens)."""
+    model = price_model(price)
     rows = []
     for r in results:
         truth = r.thread.ground_truth(r.request)
         kept = {r.thread.messages[p].index for p in r.included}
+        append_only = layout == "cache" or (r.strategy == "full" and r.budget_tokens is None)
+        warm = warm_tokens(r.prompt.messages, append_only)
         row = {"strategy": r.strategy, "input_tokens": r.prompt.tokens,
+               "billed_warm": round(model.billed(r.prompt.tokens, warm)),
                "token_ratio": round(r.prompt.tokens / r.full_tokens, 4),
                "messages_kept": len(kept), "llm_calls": r.llm_calls,
                "keyword": " ".join(r.keywords.keywords) if r.keywords else None,
@@ -123,12 +131,12 @@ def _width(text: str) -> int:
 
 def compare_text(rows: list[dict[str, Any]], full_tokens: int) -> str:
     has_truth = any("evidence_kept" in r for r in rows)
-    headers = ["strategy", "input tokens", "vs full", "messages kept"]
+    headers = ["strategy", "input tokens", "vs full", "billed, warm cache", "messages kept"]
     headers += ["ground truth kept"] if has_truth else []
     headers += ["LLM calls", "keyword"]
     body = []
     for r in rows:
-        line = [r["strategy"], r["input_tokens"], f"{r['token_ratio']:.0%}", r["messages_kept"]]
+        line = [r["strategy"], r["input_tokens"], f"{r['token_ratio']:.0%}", r["billed_warm"], r["messages_kept"]]
         if has_truth:
             line.append(f"{r['evidence_kept']}/{r['evidence_total']} "
                         f"({r['evidence_kept'] / r['evidence_total']:.0%})")

@@ -10,6 +10,8 @@ import numpy as np
 
 from semhist.indexers.store import StoreReader
 
+from .billing import PriceModel, price_model, shared_marks
+
 
 def _p(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
@@ -23,14 +25,17 @@ def _reused(turns: list[dict[str, Any]]) -> tuple[int, int]:
         if "prefix" not in before or "prefix" not in now:
             continue
         total += sum(t for _, t in now["prefix"])
-        for a, b in zip(before["prefix"], now["prefix"]):
-            if a[0] != b[0]:
-                break
-            shared += b[1]
+        shared += shared_marks(before["prefix"], now["prefix"])
     return shared, total
 
 
-def _figures(turns: list[dict[str, Any]]) -> dict[str, Any]:
+def _billed(turns: list[dict[str, Any]], model: PriceModel) -> float:
+    """Input billed for these turns under `model`, each turn's cached tokens as logged (the
+    previous prompt's start it repeats; none for turns logged before this was recorded)."""
+    return sum(model.billed(t["prompt_tokens"], t.get("cached_tokens") or 0) for t in turns)
+
+
+def _figures(turns: list[dict[str, Any]], model: PriceModel) -> dict[str, Any]:
     prompt = [t["prompt_tokens"] for t in turns]
     full = [t["full_tokens"] for t in turns]
     sizes = [t["view"]["messages"] for t in turns if t.get("view")]
@@ -53,6 +58,9 @@ def _figures(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "compaction_llm_ms_p50": _p(call_ms, 50), "compaction_llm_ms_p95": _p(call_ms, 95),
         # what a provider's prompt cache could read: tokens that repeat the previous prompt's start
         "prefix_reuse": round(shared / total, 4) if total else None,
+        # what the provider bills, in uncached tokens, when its cache held what repeated
+        "cached_tokens": int(sum(t.get("cached_tokens") or 0 for t in turns)),
+        "billed_input": round(_billed(turns, model)), "price_model": model.name,
         # the share of budgeted asks whose whole history would not have fit: the budget chose
         "at_budget": round(sum(t["full_tokens"] > t["budget_tokens"] for t in budgeted) / len(budgeted), 4)
         if budgeted else None,
@@ -60,9 +68,12 @@ def _figures(turns: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def stats(store: StoreReader, thread_id: str | None = None) -> dict[str, Any]:
+def stats(store: StoreReader, thread_id: str | None = None, price: str = "openai") -> dict[str, Any]:
+    """`price`: the price model billed input is figured under (semhist.billing.PRICE_MODELS)."""
+    model = price_model(price)
     turns = store.turns(thread_id)
     by_thread: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in turns:
         by_thread[t["thread"]].append(t)
-    return {"overall": _figures(turns), "threads": {t: _figures(r) for t, r in sorted(by_thread.items())}}
+    return {"overall": _figures(turns, model),
+            "threads": {t: _figures(r, model) for t, r in sorted(by_thread.items())}}

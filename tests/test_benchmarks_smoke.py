@@ -32,6 +32,8 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
     "big_inputs": (["--sizes", "2000", "--whole-sizes", "2000"], ["big_inputs.json", "big_inputs.md"], False),
     "botloop": (["--sizes", "300", "--turns", "6", "--asks-only", "20", "--many-threads", "3", "--many-size", "40",
                  "--pg", PG, "--workdir", WORK, "--cache-dir", CACHE], ["botloop.json", "botloop.md"], True),
+    "cache_cost": (["--sets", "locomo", "--conversations", "1", "--turns", "3", "--strategies", "full,blocks",
+                    "--variants", "head:2000,cache:1000b"], ["cache_cost.json", "cache_cost.md"], True),
     "forget_cost": (["--asks", "200", "--repeat", "2"], None, False),
     "limits": (["--limit", "1", "--queries", "3"], ["limits.json", "limits.md"], True),
     "long_thread_view": (["--limit", "1", "--queries", "5", "--cache-dir", CACHE], ["long_thread_view.md"], True),

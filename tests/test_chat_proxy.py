@@ -122,6 +122,18 @@ def test_the_upstream_comes_from_the_flag_or_the_llm_variables():
     up = upstream_of(Settings.load(env={}, llm=azure))
     assert up.url == "https://x.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
     assert up.headers == {"api-key": "k"} and not up.uses_client_key
+    # prompt_cache_key: sent where the upstream takes it (Azure refuses unknown fields), as asked
+    assert not up.cache_key and local.cache_key
+    assert not upstream_of(Settings.load(env={}, upstream="http://127.0.0.1:8080/v1", cache_key="off")).cache_key
+    assert upstream_of(Settings.load(env={}, llm=azure, cache_key="on")).cache_key
+
+
+def test_the_cache_key_is_a_digest_of_the_thread_never_its_name():
+    from semhist.service.chat import cache_key_of
+
+    key = cache_key_of("john.doe@example.com")
+    assert key.startswith("semhist-") and "john" not in key and key == cache_key_of("john.doe@example.com")
+    assert key != cache_key_of("jane@example.com")
 
 
 # -- the real thing ---------------------------------------------------------------------------------------------
@@ -175,6 +187,10 @@ def test_the_openai_sdk_gets_the_model_answer_to_semhists_prompt(proxy):
     assert "一蘭" in prompt and seen["messages"][-1] == {"role": "user", "content": RAMEN_REQUEST}
     assert int(raw.headers["x-semhist-prompt-tokens"]) < last_log(server, "ramen")["full_tokens"]
     assert count(server, "ramen") == before + 2  # the request and the model's reply
+    # the thread's prompts meet the same provider cache; llama.cpp takes the key too
+    from semhist.service.chat import cache_key_of
+
+    assert seen["prompt_cache_key"] == cache_key_of("ramen")
 
 
 @pytest.mark.llm
@@ -195,6 +211,7 @@ def test_a_stream_is_relayed_and_its_reply_stored_before_it_ends(proxy):
         model=MODEL_NAME, max_tokens=16, messages=[{"role": "system", "content": "Answer in one line."}, *history,
                                                    {"role": "user", "content": "すみれは？"}])
     assert raw.headers["x-semhist-stored"] == "1" and count(server, "ramen") == before + 2
+    assert int(raw.headers["x-semhist-cached-tokens"]) >= 0  # what repeats the previous prompt's start
     seen = relay.bodies[-1]["messages"]
     assert seen[0] == {"role": "system", "content": "Answer in one line."}
     assert [m for m in seen if m.get("content") == text], "the stored streamed reply was not in the next prompt"

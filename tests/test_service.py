@@ -206,6 +206,18 @@ def test_bad_requests_get_a_json_error_and_store_nothing(api, method, path, body
     assert api.get("/healthz").json()["messages"] == before
 
 
+def test_a_billed_budget_and_the_cached_tokens_of_a_context(api):
+    api.post("/v1/threads/billed/messages", json={"messages": ramen_messages()})
+    asks = [api.post("/v1/threads/billed/context", json={"request": "ラーメンの話", "budget": "1000b",
+                                                         "system_prompt": "You are the ramen bot."}).json()
+            for _ in range(2)]
+    assert asks[0]["cached_tokens"] is None  # no earlier prompt of the thread
+    assert 0 < asks[1]["cached_tokens"] <= asks[1]["prompt_tokens"]  # the system prompt at least repeats
+    # the first ask has no earlier prompt to read from the cache: all of it is billed
+    assert asks[0]["budget_tokens"] == 1000 and asks[0]["prompt_tokens"] <= 1000
+    assert asks[1]["budget_tokens"] == 10_000  # a billed budget picks the cache layout: 0.1x what is cached
+
+
 def test_metrics_count_routes_tokens_and_messages(api):
     api.post("/v1/threads/ramen/context", json={"request": "ラーメンの話", "budget": "20%"})
     text = api.get("/metrics").text
@@ -214,6 +226,7 @@ def test_metrics_count_routes_tokens_and_messages(api):
     assert "ramen" not in text  # series per route, never per thread
     values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and line[0] != "#"}
     assert values["semhist_context_full_history_tokens_total"] > values["semhist_context_prompt_tokens_total"] > 0
+    assert values["semhist_context_prompt_tokens_total"] >= values["semhist_context_cached_tokens_total"] >= 0
     assert values["semhist_messages_stored"] == api.get("/healthz").json()["messages"] > 0
     assert api.get("/openapi.json").json()["paths"]["/v1/threads/{thread_id}/context"]["post"]
 

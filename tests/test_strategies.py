@@ -33,19 +33,30 @@ def small_engine(cache_dir):
     return Engine(Settings.load(env={}, cache_dir=cache_dir, recent=4, window=5, utterance_k=3), llm=None)
 
 
+@pytest.fixture(scope="module")
+def cache_engine(cache_dir):
+    return Engine(Settings.load(env={}, cache_dir=cache_dir, recent=4, window=5, utterance_k=3, layout="cache",
+                                recent_step=3), llm=None)
+
+
 def history_part(messages):
-    """The verbatim history: after the system/context messages, before the request."""
+    """The verbatim history: after the system/context messages, before the request (and
+    before the context message the cache layout puts just before it)."""
     body = list(messages[:-1])
     while body and body[0]["role"] == "system":
         body.pop(0)
+    if body and "<retrieved_history>" in str(body[-1].get("content")):
+        body.pop()
     return body
 
 
+@pytest.mark.parametrize("layout", ["head", "cache"])
 @pytest.mark.parametrize("strategy", ALL)
-@pytest.mark.parametrize("budget", [None, Budget.parse("40%"), Budget.parse("150")])
-def test_boundary_rules(small_engine, strategy, budget):
+@pytest.mark.parametrize("budget", [None, Budget.parse("40%"), Budget.parse("150"), Budget.parse("100b")])
+def test_boundary_rules(small_engine, cache_engine, strategy, budget, layout):
     thread = tool_thread()
-    result = small_engine.ask(thread, "what was the Hong Kong load?", strategy=strategy, budget=budget)
+    engine = cache_engine if layout == "cache" else small_engine
+    result = engine.ask(thread, "what was the Hong Kong load?", strategy=strategy, budget=budget)
     check_boundary_rules(thread, result, budget)
 
 
@@ -78,7 +89,7 @@ def check_boundary_rules(thread, result, budget):
             assert m["content"].rstrip().endswith("</retrieved_history>")
     # a budget is a hard limit
     if budget is not None:
-        assert result.prompt.tokens <= budget.tokens(result.full_tokens) or result.prompt.notes
+        assert result.prompt.tokens <= result.budget_tokens or result.prompt.notes
     assert result.prompt.tokens == __import__("semhist.kernel.tokens", fromlist=["x"]).count_messages(msgs)
 
 

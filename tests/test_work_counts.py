@@ -84,14 +84,16 @@ def _append_and_ask(h, thread_id: str, budget: Budget):
     return after, work_after, work_still
 
 
+@pytest.mark.parametrize("layout,budget", [("head", "2000"), ("cache", "1000b")])
 @pytest.mark.parametrize("view_limit", [20_000, 500], ids=["whole index", "candidate views"])
-def test_an_ask_after_an_append_does_not_grow_with_the_thread(make_history, view_limit):
-    budget = Budget.parse("2000")
+def test_an_ask_after_an_append_does_not_grow_with_the_thread(make_history, view_limit, layout, budget):
+    """The cache layout reads the turn log too (a bounded number of the newest records)."""
+    budget = Budget.parse(budget)
     counts = {}
     for n in SIZES:
         writer = make_history()
         writer.add_many(f"t{n}", teams_thread(n))
-        h = make_history(view_limit=view_limit)
+        h = make_history(view_limit=view_limit, layout=layout)
         result, after, still = _append_and_ask(h, f"t{n}", budget)
         assert any(m.get("content") == "And the Tokyo one?" for m in result.prompt.messages)  # the append is seen
         if view_limit > n:  # old tool results show as placeholders: the cleared view is in use

@@ -107,7 +107,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"{', '.join(wanted)} need an LLM to summarize: set OPENAI_BASE_URL/OPENAI_API_KEY and "
                           "SEMHIST_LLM_MODEL, or run semhist llm-server")
     skipped = [n for n in wanted if n not in {r.strategy for r in results}]
-    rows = render.compare_rows(results)
+    rows = render.compare_rows(results, settings.price_model, settings.layout_for(_budget(args)))
     if args.json:
         print(json.dumps({"thread": results[0].thread.id, "request": results[0].request,
                           "full_history_tokens": results[0].full_tokens, "strategies": rows,

@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("request", nargs="?", help="the user's new request ('-': read it from standard input)")
     p.add_argument("--request-file", metavar="PATH", help="read the request from a file ('-': standard input)")
     p.add_argument("--strategy", default="blocks", choices=strategies)
-    p.add_argument("--budget", help="hard prompt budget: tokens (2000) or share of the full history (10%%)")
+    p.add_argument("--budget", help="hard prompt budget: tokens (2000), share of the full history (10%%), or "
+                                    "billed tokens with the provider's prompt cache (1000b)")
     p.add_argument("--thread", help=thread_help)
     p.add_argument("--index", help="a directory written by semhist index (skips storing and embedding)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("request", nargs="?", help="'-': read it from standard input")
     p.add_argument("--request-file", metavar="PATH", help="read the request from a file ('-': standard input)")
     p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: all")
-    p.add_argument("--budget")
+    p.add_argument("--budget", help="tokens (2000), a share (10%%) or billed tokens (1000b)")
     p.add_argument("--thread", help=thread_help)
     p.add_argument("--json", action="store_true")
 

@@ -160,7 +160,7 @@ def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from ..stats import stats
 
-    report = stats(_history(settings).store, args.thread)
+    report = stats(_history(settings).store, args.thread, settings.price_model)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0

@@ -15,14 +15,21 @@ from semhist.indexers.store import Marker
 from semhist.kernel.settings import Budget, Settings
 from semhist.kernel.validate import check_request
 
+from ..billing import shared_marks
 from ..memory import Memory, check_llm, memory_needs
 from ..pipeline import AskResult, Asker, get_strategy
 from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 from ..pipeline.assemble import floor_cost
+from ..pipeline.select import Carried
 from .parts import Parts
 from .states import Entry
-from .turns import turn_record
+from .turns import prefix_marks, previous_marks, turn_record
 from .views import Reach, candidate_view, end_view, reach_for
+
+
+# Turn-log records read for the cache layout: the newest of the strategy holds its whole state,
+# and a bot asks with one strategy (a `compare` of several writes one record each).
+CARRIED_TURNS = 16
 
 
 def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id: str, request: str,
@@ -57,6 +64,9 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     vector = asker.query_vector(keywords) if keywords is not None else None
     masker = parts.ingestor.masker(marker.pii)  # the thread's masking came with its marker
     as_stored = masker(request) if masker else None
+    # the previous prompts: what the cache layout carries over, and what a cache holds of this one
+    cache = settings.layout_for(budget) == "cache"
+    logged = parts.store.turns(thread_id, CARRIED_TURNS if cache else len(names)) if cache or log_turn else []
     out = []
     for name in names:
         began = time.perf_counter()
@@ -73,14 +83,19 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
             if memory is not None and index.whole:
                 index = _searched(parts, entry, parts.store.marker(thread_id) or marker, vector, keywords, reach)
             result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
-                               vector=vector, memory=memory, as_stored=as_stored)
+                               vector=vector, memory=memory, as_stored=as_stored,
+                               carried=Carried.from_turns(logged, name) if cache else None)
+        before = previous_marks(logged, name)
+        if before is not None:
+            result = replace(result, cached_tokens=shared_marks(before, prefix_marks(result.prompt.messages)))
         result = _noted(result, index, budget, raised, marker)
         if answer:
             result = asker.answer(result)
         if log_turn:
             timings = {"view_ms": round((viewed - began) * 1000, 2),
                        "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
-            parts.store.log_turn(thread_id, turn_record(result, index, masker, timings))
+            parts.store.log_turn(thread_id, turn_record(result, index, masker, timings,
+                                                             "cache" if cache else "head"))
         out.append(result)
     return out
 

@@ -149,8 +149,10 @@ def reach_for(asker: Asker, name: str, budget: Budget | None, request: str, mark
     share = budget.value if budget is not None and budget.relative else 0.0
     if name == "window":
         return Reach(messages=s.window)
-    if budget is not None:  # the thread's instructions are added by the view, which reads them
-        tokens: int | None = budget.tokens(marker.tokens + fixed_cost(Thread("", ()), request, s.system_prompt,
+    if budget is not None and budget.billed:
+        tokens: int | None = asker.billed_limit(budget)
+    elif budget is not None:  # the thread's instructions are added by the view, which reads them
+        tokens = budget.tokens(marker.tokens + fixed_cost(Thread("", ()), request, s.system_prompt,
                                                                      asker.closing))
     else:
         tokens = s.history_budget if name in BUDGETED else None

@@ -122,6 +122,16 @@ class Settings:
                                                         "the prompt's start (a provider's cache) changes rarely")
     protected_tools: str = option("", group=SEARCH, help="comma-separated tool names whose results are never "
                                                          "cleared", shown="none")
+    layout: str = option("auto", group=SEARCH, choices=("auto", "head", "cache"),
+                         help="head: retrieved history right after the system prompt; cache: what stays "
+                              "the same from turn to turn first (a provider's prompt cache bills it at "
+                              "about 0.1x), recent turns cut back in steps, retrieved history just before "
+                              "the request; auto: cache for a billed budget (1000b), else head")
+    price_model: str = option("openai", group=SEARCH, choices=("openai", "anthropic", "none"),
+                              help="how the provider bills cached input, for billed budgets (1000b) and the "
+                                   "cost figures: openai (0.1x from 1,024 tokens), anthropic (0.1x, writes 1.25x)")
+    recent_step: int = option(8, group=SEARCH, help="cache layout: the recent turns are cut back this many "
+                                                    "exchanges at a time, so the prompt's start changes rarely")
     alternate: bool = option(False, group=SEARCH, help="merge same-role turns for APIs that require "
                                                        "user/assistant alternation")
     context_role: str = option("system", group=SEARCH, choices=("system", "user"),
@@ -180,6 +190,10 @@ class Settings:
     upstream: str | None = option(None, group=SERVICE, help="OpenAI-compatible base URL that POST "
                                   "/v1/chat/completions forwards to (e.g. http://127.0.0.1:8080/v1)",
                                   shown="the configured LLM endpoint (OPENAI_BASE_URL, AZURE_OPENAI_ENDPOINT)")
+    cache_key: str = option("auto", group=SERVICE, choices=("auto", "on", "off"),
+                            help="the proxy sends prompt_cache_key (a digest of the thread) unless the request "
+                                 "has one, so a thread's prompts meet the provider's same cache; auto: not to "
+                                 "Azure, whose API refuses fields it does not know")
     upstream_timeout: float = option(600.0, group=SERVICE, help="seconds to wait for the upstream's answer "
                                                                 "(a local model on a busy CPU takes minutes)")
     # Only from the environment (SEMHIST_API_TOKEN): a flag would show the secret in `ps`.
@@ -216,7 +230,7 @@ class Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
-                    "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step")
+                    "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step", "recent_step")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -237,6 +251,14 @@ class Settings:
             if valid and getattr(self, f.name) not in valid:
                 raise ConfigError(f"{f.name} must be one of {', '.join(valid)}; got {getattr(self, f.name)!r}")
         return self
+
+    def layout_for(self, budget: Budget | None) -> str:
+        """The layout a request is built in: `auto` is the cache layout for a billed budget
+        (what it is for), the head layout otherwise (docs/guides/cost.md: at token budgets
+        `blocks` bills the same in both, and the head layout retrieves more for a new topic)."""
+        if self.layout == "auto":
+            return "cache" if budget is not None and budget.billed else "head"
+        return self.layout
 
     @property
     def db_url(self) -> str:
@@ -275,7 +297,7 @@ def _parse(name: str, annotation: Any, raw: str) -> Any:
 
 
 MAX_BUDGET = 100_000_000  # tokens; far beyond any model's context, below float's integer range
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|b|billed)?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -290,16 +312,20 @@ class Budget:
 
     value: float
     relative: bool
+    # billed: `value` is input as the provider bills it, what its prompt cache holds counted at
+    # the cached price (`Settings.price_model`): "1000b" buys a longer prompt than "1000"
+    billed: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Budget:
         match = _BUDGET.match(str(text))
         if not match:
-            raise InputError(f"budget must look like 2000 or 10%, got {text!r}")
-        value, pct = float(match.group(1)), bool(match.group(2))
+            raise InputError(f"budget must look like 2000, 10% or 1000b (billed tokens), got {text!r}")
+        value, unit = float(match.group(1)), (match.group(2) or "").lower()
+        pct = unit == "%"
         if value <= 0 or (pct and value > 100) or value > MAX_BUDGET:
             raise InputError(f"budget out of range: {text!r} (a share is 0-100%, tokens at most {MAX_BUDGET:,})")
-        return cls(value / 100 if pct else value, pct)
+        return cls(value / 100 if pct else value, pct, unit in ("b", "billed"))
 
     def tokens(self, full_history_tokens: int, floor: int = 0) -> int:
         """The budget in tokens; a share never below `floor` (nor above the full history)."""
@@ -308,7 +334,7 @@ class Budget:
         return max(int(self.value * full_history_tokens), min(floor, full_history_tokens))
 
     def __str__(self) -> str:
-        return f"{self.value * 100:g}%" if self.relative else f"{int(self.value)}"
+        return f"{self.value * 100:g}%" if self.relative else f"{int(self.value)}{'b' if self.billed else ''}"
 
 
 def redact(url: str) -> str:

@@ -43,6 +43,11 @@ def _count(text: str) -> int:
 _count_cached = lru_cache(maxsize=32768)(_count)
 
 
+def encode(text: str) -> list[int]:
+    """The cl100k token ids of one string (special tokens read as text)."""
+    return _encoding().encode(text, disallowed_special=())
+
+
 def count_text(text: str) -> int:
     """Tokens in one string."""
     return _count(text) if len(text) > CACHED_LENGTH else _count_cached(text)

@@ -16,11 +16,12 @@ from semhist.indexers.lexical import is_japanese
 from semhist.kernel.model import Thread
 from semhist.kernel.settings import Budget, Settings
 
+from ..billing import price_model
 from ..llm import LLMClient
 from .assemble import Prompt, fit, fixed_cost
 from .keyword import KeywordResult, extract_keywords
 from .search import embed_query
-from .select import MemoryResult
+from .select import Carried, MemoryResult
 from .strategies import get_strategy, strategy_input
 from .toolresults import ClearedResults
 
@@ -70,6 +71,9 @@ class AskResult:
     answer_error: str | None = None  # the answer step failed; the prompt stands
     answer_ms: float | None = None
     memory: MemoryResult | None = None
+    # of the prompt's tokens, those that repeat the start of this strategy's previous prompt of
+    # the thread (by whole messages): what a provider's prompt cache holds when still warm
+    cached_tokens: int | None = None
 
     @property
     def llm_calls(self) -> int:
@@ -111,19 +115,33 @@ class Asker:
         return fixed_cost(index.thread, request, self.settings.system_prompt, self.closing) + index.history_tokens
 
     def limit(self, index: ThreadIndex, request: str, strategy: str, budget: Budget | None) -> int | None:
+        """The prompt's hard limit in tokens. A billed budget in the cache layout buys a prompt
+        as long as if all of it were read from the cache; what is new each turn is held to the
+        budget by the strategy (`StrategyInput.billed`)."""
+        if budget is not None and budget.billed:
+            return self.billed_limit(budget)
         if budget is not None:
             return budget.tokens(self.full_tokens(index, request))
         return self.settings.history_budget if strategy in BUDGETED else None
 
+    def billed_limit(self, budget: Budget) -> int:
+        s = self.settings
+        cache = s.layout_for(budget) == "cache"
+        return int(budget.value / price_model(s.price_model).cached) if cache else int(budget.value)
+
     def ask(self, index: ThreadIndex, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             keywords: KeywordResult | None = None, vector: np.ndarray | None = None,
-            memory: MemoryResult | None = None, as_stored: str | None = None) -> AskResult:
+            memory: MemoryResult | None = None, as_stored: str | None = None,
+            carried: Carried | None = None) -> AskResult:
         """Build the prompt for `request` with one strategy; `as_stored` is the request as a
-        masked thread stores it (so a bot that stored it first does not send it twice)."""
+        masked thread stores it (so a bot that stored it first does not send it twice).
+        `carried`: what this strategy's previous prompts of the thread carried (the cache layout)."""
         s = self.settings  # the request was checked where it came in (History.compare)
         strat = get_strategy(strategy)
         full = self.full_tokens(index, request)
         limit = self.limit(index, request, strategy, budget)
+        if budget is not None and budget.billed and (carried is None or carried.start is None):
+            limit = int(budget.value)  # no earlier prompt to read from the cache: all of it is billed
         start = time.perf_counter()
         if strat.uses_search:
             keywords = keywords or self.keywords(request, index.last_time)
@@ -132,10 +150,17 @@ class Asker:
         # thread took 10 ms for 5,000 messages with 1,250 results)
         shown = index.derived(("tool results", s.keep_tool_results, s.tool_clear_step, s.protected_tools),
                               lambda: ClearedResults(s))
+        # the cache layout's steps keep an earlier prompt's start; with none (the first ask, a
+        # file) the prompt is chosen as in the head layout, the retrieval put last
+        layout = s.layout_for(budget)
+        following = layout == "cache" and carried is not None and carried.start is not None
+        billed = int(budget.value) if budget is not None and budget.billed and following else None
+        step = s.recent_step if following else 1
         selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing,
-                                                shown))
+                                                shown, carried, billed, step))
         prompt = fit(shown, selection, request, limit, system_prompt=s.system_prompt,
-                     context_role=s.context_role, alternate=s.alternate, as_stored=as_stored, closing=self.closing)
+                     context_role=s.context_role, alternate=s.alternate, as_stored=as_stored, closing=self.closing,
+                     layout=layout, step=step)
         if memory is not None and memory.problems:
             prompt = replace(prompt, notes=prompt.notes + tuple(memory.problems))
         elapsed = (time.perf_counter() - start) * 1000 + (keywords.ms if keywords and strat.uses_search else 0)

@@ -1,8 +1,11 @@
 """Query time, stage 4: selection -> OpenAI `messages`, fitted to a hard token budget.
 
-Layout: [system prompt(s)] + [one delimited context message with the retrieved old
-messages, dated, chronological] + [verbatim recent turns] + [the new request].
-The system prompt is never trimmed or retrieved.
+Layout `head`: [system prompt(s)] + [memory] + [one delimited context message with the
+retrieved old messages, dated, chronological] + [verbatim recent turns] + [the new request].
+Layout `cache`: [system prompt(s)] + [memory] + [verbatim recent turns] + [the context
+message] + [the new request]: what stays the same from one turn to the next comes first, so
+a provider's prompt cache holds it; the recent turns grow at their end and are cut back in
+steps (`Settings.recent_step`). The system prompt is never trimmed or retrieved.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from typing import Any
 from semhist.kernel.model import Thread, content_text
 from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_messages
 
-from .select import (PROTECTED_UNITS, Retrieved, Selection, clearable_results, context_line, protected_count,
-                     unit_cost, with_cleared)
+from .pairing import after_tool_results, merge_same_role, pair_tool_messages
+from .select import (PROTECTED_UNITS, Earlier, Retrieved, Selection, clearable_results, context_line,
+                     protected_count, unit_cost, with_cleared)
 
 CONTEXT_HEADER = (
     "Earlier messages of this conversation relevant to the next request, retrieved in "
@@ -33,6 +37,9 @@ class Prompt:
     # of the last two exchanges (and the current turn), how many the budget dropped: whoever
     # asked must be told (the adapters warn, the service and the CLI show the notes)
     dropped_recent: int = 0
+    # the cache layout: the position of the stored request the context message came just
+    # before (the next turns' prompts carry it there), if it did
+    context_before: int | None = None
 
 
 def _header(start: datetime | None, previous: datetime | None) -> str:
@@ -56,6 +63,11 @@ def render_context(thread: Thread, retrieved: tuple[Retrieved, ...]) -> str:
         parts.extend(context_line(thread, p, p in whole) for p in run)
     parts.append("</retrieved_history>")
     return "\n".join(parts)
+
+
+def context_cost(thread: Thread, earlier: Earlier, role: str = "system") -> int:
+    """What an earlier turn's context message costs where it is carried."""
+    return count_message({"role": role, "content": render_context(thread, (earlier.retrieved,))})
 
 
 def _runs(positions: list[int]) -> list[list[int]]:
@@ -105,9 +117,10 @@ def leading_system(thread: Thread) -> tuple[int, ...]:
 def build_messages(thread: Thread, selection: Selection, request: str, *,
                    system_prompt: str | None = None, context_role: str = "system",
                    alternate: bool = False, as_stored: str | None = None,
-                   closing: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+                   closing: str | None = None, layout: str = "head") -> tuple[list[dict[str, Any]], list[str]]:
     """The prompt's messages, and notes on what the chat-completions rules made us leave out.
-    `closing`: a system message just before the request (what a small model heeds most)."""
+    `closing`: a system message just before the request (what a small model heeds most).
+    `layout`: where the retrieved history goes (see the module's docstring)."""
     # APIs that insist on alternation take no system message between turns: all go first there.
     first = thread.system_positions if alternate else leading_system(thread)
     out = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -116,38 +129,35 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     memory = render_memory(selection)
     if memory:
         out.append({"role": context_role, "content": memory})
-    if selection.retrieved:
-        out.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
-    turns, notes = pair_tool_messages(_after_tool_results([thread.messages[p].to_openai()
-                                                           for p in sorted({*selection.history_ids, *later})]))
+    context = {"role": context_role, "content": render_context(thread, selection.retrieved)} \
+        if selection.retrieved else None
+    # APIs that insist on alternation take no system message between turns
+    trailing = layout == "cache" and not (alternate and context_role == "system")
+    if context and not trailing:
+        out.append(context)
+    carried = {e.before: {"role": context_role, "content": render_context(thread, (e.retrieved,))}
+               for e in selection.earlier}
+    shown = []
+    for p in sorted({*selection.history_ids, *later}):
+        if p in carried:  # where an earlier turn's prompt had it, before that turn's request
+            shown.append(carried[p])
+        shown.append(thread.messages[p].to_openai())
+    turns, notes = pair_tool_messages(after_tool_results(shown))
     at = _stored_request(turns, request, as_stored)
     if at is None:
         turns.append({"role": "user", "content": request})
         at = len(turns) - 1
     elif isinstance(turns[at].get("content"), str):
         turns[at] = {**turns[at], "content": request}
+    if context and trailing:  # just before the request (and the tool calls that follow it)
+        turns.insert(at, context)
+        at += 1
     if closing and alternate:
         out.append({"role": "system", "content": closing})
     elif closing:
         turns.insert(at, {"role": "system", "content": closing})
     out.extend(merge_same_role(turns) if alternate else turns)
     return out, notes
-
-
-def _after_tool_results(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An instruction that arrived between a tool call and its results waits until the results
-    are in: the API refuses anything between them."""
-    out: list[dict[str, Any]] = []
-    waiting: list[dict[str, Any]] = []
-    for m in turns:
-        if m["role"] == "system" and out and (out[-1]["role"] == "tool" or out[-1].get("tool_calls")):
-            waiting.append(m)
-            continue
-        if waiting and m["role"] != "tool":
-            out.extend(waiting)
-            waiting = []
-        out.append(m)
-    return out + waiting
 
 
 def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | None) -> int | None:
@@ -164,80 +174,15 @@ def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | 
     return None
 
 
-def _first_by(items: list[dict[str, Any]], key) -> list[dict[str, Any]]:
-    seen: set = set()
-    out = []
-    for item in items:
-        if key(item) not in seen:
-            seen.add(key(item))
-            out.append(item)
-    return out
-
-
-def pair_tool_messages(turns: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Keep tool calls and their results in the pairs the chat-completions API insists on: a
-    `tool` message must answer a call of the assistant message just before it (other results
-    between), and every call of an assistant message must be answered. The window or the
-    budget can cut a pair in two; the half left alone is dropped (a call's text stays)."""
-    out: list[dict[str, Any]] = []
-    calls_dropped = results_dropped = 0
-    i = 0
-    while i < len(turns):
-        m = turns[i]
-        if m["role"] == "tool":  # no assistant call right before it
-            results_dropped += 1
-            i += 1
+def stored_position(thread: Thread, positions: Sequence[int], request: str, as_stored: str | None) -> int | None:
+    """The position of the stored request among `positions` (as `_stored_request` finds it
+    among the prompt's turns), if it is stored."""
+    for p in sorted(positions, reverse=True):
+        m = thread.messages[p]
+        if m.role in ("tool", "system") or (m.role == "assistant" and m.tool_calls):
             continue
-        if m["role"] != "assistant" or not m.get("tool_calls"):
-            out.append(m)
-            i += 1
-            continue
-        j = i + 1
-        while j < len(turns) and turns[j]["role"] == "tool":
-            j += 1
-        results = _first_by(turns[i + 1:j], lambda r: r.get("tool_call_id"))  # a result stored twice goes once
-        answered = {r.get("tool_call_id") for r in results}
-        calls = [c for c in _first_by(m["tool_calls"], lambda c: c.get("id")) if c.get("id") in answered]
-        ids = {c.get("id") for c in calls}
-        kept = [r for r in results if r.get("tool_call_id") in ids]
-        results_dropped += j - i - 1 - len(results)
-        calls_dropped += len(m["tool_calls"]) - len(calls)
-        results_dropped += len(results) - len(kept)
-        if calls:
-            out.append({**m, "tool_calls": calls})
-            out.extend(kept)
-        elif m.get("content"):
-            out.append({k: v for k, v in m.items() if k != "tool_calls"})
-        i = j
-    notes = []
-    if results_dropped:
-        notes.append(f"left out {results_dropped} tool result(s) whose call is not in the prompt")
-    if calls_dropped:
-        notes.append(f"left out {calls_dropped} tool call(s) whose result is not in the prompt")
-    return out, notes
-
-
-def _as_parts(content: Any) -> list[dict[str, Any]]:
-    return list(content) if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-
-
-def merge_same_role(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For APIs that require user/assistant to alternate: consecutive plain messages of one
-    role become one message (tool calls and results are never merged); text is joined, and
-    content parts are concatenated when either side has them."""
-    out: list[dict[str, Any]] = []
-    for m in turns:
-        plain = set(m) <= {"role", "content", "name"} and m["role"] in ("user", "assistant")
-        prev = out[-1] if out else None
-        if plain and prev is not None and prev["role"] == m["role"] and set(prev) <= {"role", "content", "name"}:
-            if isinstance(prev["content"], str) and isinstance(m["content"], str):
-                content: Any = f"{prev['content']}\n\n{m['content']}"
-            else:
-                content = _as_parts(prev["content"]) + _as_parts(m["content"])
-            out[-1] = {"role": m["role"], "content": content}
-        else:
-            out.append(dict(m))
-    return out
+        return p if m.role == "user" and content_text(m.content) in (request, as_stored) else None
+    return None
 
 
 def fixed_cost(thread: Thread, request: str, system_prompt: str | None, closing: str | None = None) -> int:
@@ -257,14 +202,14 @@ CONTEXT_OVERHEAD = 40  # the context message's own header, tags and message over
 
 def fit(thread: Thread, selection: Selection, request: str, budget: int | None, *,
         system_prompt: str | None = None, context_role: str = "system", alternate: bool = False,
-        as_stored: str | None = None, closing: str | None = None) -> Prompt:
+        as_stored: str | None = None, closing: str | None = None, layout: str = "head", step: int = 1) -> Prompt:
     """Assemble within `budget` tokens (None = no budget), giving things up in this order:
     the lowest-ranked retrieved groups, the oldest turns beyond the last two exchanges (and
     the current turn, when it is stored), the summary, the oldest kept user statements, and
     only then the last exchanges. A turn's tool results are cleared to their placeholders
     before the turn itself goes: the answer is worth more than what it read (the current
     turn's results never are: the answer under way needs them). The system prompt(s) and the
-    request are never dropped."""
+    request are never dropped. Older turns go `step` at a time (the cache layout)."""
     parts = _Parts(thread, selection, request, budget, fixed_cost(thread, request, system_prompt, closing),
                    context_role, as_stored)
     notes: list[str] = []
@@ -272,9 +217,12 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
         parts.retrieved.pop()
         parts.ctx = parts.context_cost()
     while parts.over() and len(parts.history) > parts.keep:
-        parts.clear(0)
+        chunk = min(step, len(parts.history) - parts.keep)
+        for i in range(chunk):
+            parts.clear(i)
         if parts.over():
-            parts.drop(0)
+            for _ in range(chunk):
+                parts.drop(0)
     if parts.over() and parts.summary is not None:  # the kept statements outrank the summary
         notes.append("left out the summary for the budget")
         parts.summary = None
@@ -302,14 +250,18 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     shown = parts.shown_cleared()
     if shown:
         notes.append(f"cleared {len(shown)} tool result(s) of the recent turns to their placeholders for the budget")
+    turns = {p for u in parts.history for p in u}
     kept = replace(selection, retrieved=tuple(parts.retrieved), history=tuple(parts.history), summary=parts.summary,
-                   notes=tuple(parts.notes_kept), quoted=tuple(parts.quoted), cleared=shown)
+                   notes=tuple(parts.notes_kept), quoted=tuple(parts.quoted), cleared=shown,
+                   earlier=tuple(e for e in selection.earlier if e.before in turns))
     messages, paired = build_messages(with_cleared(thread, shown), kept, request, system_prompt=system_prompt,
                                       context_role=context_role, alternate=alternate, as_stored=as_stored,
-                                      closing=closing)
+                                      closing=closing, layout=layout)
     notes += paired
     tokens = parts.total() if not (alternate or paired) else count_messages(messages)
-    return Prompt(tuple(messages), tokens, kept, tuple(notes), dropped)
+    before = stored_position(thread, kept.history_ids, request, as_stored) \
+        if layout == "cache" and kept.retrieved else None
+    return Prompt(tuple(messages), tokens, kept, tuple(notes), dropped, before)
 
 
 class _Parts:
@@ -324,6 +276,7 @@ class _Parts:
         self.keep = protected_count(thread.messages, self.history, request, as_stored)
         self.has_current = self.keep > PROTECTED_UNITS  # the last turn is the request's own, until dropped
         self.cleared = set(selection.cleared)
+        self.carried = {e.before: context_cost(thread, e, context_role) for e in selection.earlier}
         self.costs = [self._cost(i) for i in range(len(self.history))]
         self.ctx, self.mem, self.hist = self.context_cost(), self.memory_cost(), sum(self.costs)
 
@@ -340,7 +293,10 @@ class _Parts:
         return self.has_current and i == len(self.history) - 1
 
     def _cost(self, i: int) -> int:
-        return unit_cost(self.thread, self.history[i], self.cleared, self.request if self._current(i) else None)
+        """A turn's cost, with the earlier context carried just before its request."""
+        unit = self.history[i]
+        return unit_cost(self.thread, unit, self.cleared, self.request if self._current(i) else None) + sum(
+            self.carried.get(p, 0) for p in unit)
 
     def total(self) -> int:
         return self.fixed + self.mem + self.ctx + self.hist

@@ -57,6 +57,37 @@ class Retrieved:
 
 
 @dataclass(frozen=True)
+class Earlier:
+    """Retrieved history an earlier turn's prompt carried (the cache layout): its context
+    message, kept where it was, just before the user message at position `before`, so the
+    prompt's start stays what the provider cached."""
+
+    before: int
+    retrieved: Retrieved
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What this strategy's previous prompts of the thread carried (the cache layout, read from
+    the turn log), by store id: where the last prompt's turns started, and each earlier turn's
+    retrieved history as (the user message it came before, its messages, those shown whole)."""
+
+    start: int | None = None
+    contexts: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+
+    @classmethod
+    def from_turns(cls, records: Sequence[dict], strategy: str) -> Carried:
+        """From turn-log records, oldest first: the newest record of the strategy holds the
+        whole state (where its turns started, every retrieved history it carried)."""
+        for r in reversed(records):
+            cache = r.get("cache")
+            if r.get("strategy") == strategy and isinstance(cache, dict):
+                contexts = tuple((c[0], tuple(c[1]), tuple(c[2])) for c in cache.get("contexts", ()))
+                return cls(cache.get("start"), contexts)
+        return cls()
+
+
+@dataclass(frozen=True)
 class Selection:
     """What a strategy keeps: retrieved groups (best first) and verbatim history units."""
 
@@ -66,6 +97,8 @@ class Selection:
     notes: tuple[NoteRecord, ...] = ()  # the structured list of user statements, always kept
     quoted: tuple[int | None, ...] = ()  # per note, the position of the message it quotes (None: not here)
     cleared: tuple[int, ...] = ()  # tool results of the kept turns the budget shows as placeholders
+    earlier: tuple[Earlier, ...] = ()  # earlier turns' retrieved history, among the kept turns
+    restarted: bool = True  # the cache layout: the turns start afresh (nothing is carried over)
 
     @property
     def history_ids(self) -> tuple[int, ...]:
@@ -75,7 +108,7 @@ class Selection:
     def included(self) -> frozenset[int]:
         """Messages whose own text is in the prompt (a summary does not count)."""
         return frozenset(self.history_ids) | {p for r in self.retrieved for p in r.message_ids} | {
-            p for p in self.quoted if p is not None}
+            p for p in self.quoted if p is not None} | {p for e in self.earlier for p in e.retrieved.message_ids}
 
 
 @dataclass
@@ -129,6 +162,22 @@ def last_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], ma
     if kept and len(kept) < len(units) and messages[kept[0][0]].role != "user":
         kept = kept[1:]
     return tuple(kept)
+
+
+def stable_units(messages: Sequence[Message], units: Sequence[tuple[int, ...]], max_messages: int,
+                 step: int = 1) -> tuple[tuple[int, ...], ...]:
+    """`last_units`, started at a multiple of `step` units: between a turn and the next, the
+    recent turns then only grow at their end, and every `step` exchanges they are cut back at
+    once. A provider's prompt cache keeps what did not change at a prompt's start: a window
+    that slides every turn changes everything after it."""
+    kept = last_units(messages, units, max_messages)
+    if step <= 1 or not kept:
+        return kept
+    start = (len(units) - len(kept)) // step * step
+    out = tuple(units[start:])
+    if start and messages[out[0][0]].role != "user":  # as last_units: a turn starts on the user
+        out = out[1:]
+    return out
 
 
 # -- the current turn and the last exchanges ------------------------------------------------

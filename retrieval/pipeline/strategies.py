@@ -20,12 +20,13 @@ from semhist.kernel.model import Thread
 from semhist.kernel.settings import Settings
 from semhist.kernel.tokens import count_text
 
-from .assemble import CONTEXT_OVERHEAD, fixed_cost, render_memory
+from .assemble import CONTEXT_OVERHEAD, context_cost, fixed_cost, render_memory
+from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
 from .named_time import in_range
 from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
-from .select import (MemoryResult, Retrieved, Selection, clearable_results, last_units, line_cost, pack,
-                     protected_count, shown_cost)
+from .select import (Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost, pack,
+                     protected_count, shown_cost, stable_units)
 
 # (alternatives largest first, cosine shown to the user or None for a time match, block id,
 # the position the search hit or None); candidates are packed in list order, the rank order
@@ -44,6 +45,10 @@ class StrategyInput:
     budget_tokens: int | None = None  # the hard limit for the whole prompt, when one is set
     memory: MemoryResult | None = None  # the summary and user statements, for strategies that use them
     closing: str | None = None  # a system message the prompt will carry just before the request
+    start: int | None = None  # cache layout: where the previous prompt's turns started (a position)
+    earlier: tuple[Earlier, ...] = ()  # cache layout: earlier turns' retrieved history, by position
+    billed: int | None = None  # cache layout: a billed budget (what is new each turn is held to it)
+    step: int = 1  # cache layout, after an earlier prompt: recent turns are cut back this many at a time
 
 
 class Strategy(Protocol):
@@ -71,14 +76,26 @@ class Window:
     name, uses_search, memory = "window", False, frozenset()
 
     def select(self, inp: StrategyInput) -> Selection:
-        return Selection(history=last_units(inp.thread.messages, inp.units, inp.settings.window))
+        return Selection(history=stable_units(inp.thread.messages, inp.units, inp.settings.window,
+                                             inp.step))
 
 
 class TokenBudget(Full):
     """The newest messages that fit the token budget (`history_budget` when none is given):
-    everything is offered and `assemble.fit` drops the oldest turns."""
+    everything is offered and `assemble.fit` drops the oldest turns. In the cache layout the
+    turns start where the previous prompt's did until they pass the budget, then again from
+    the recent turns: a prompt that slid one turn at a time would change every turn."""
 
     name = "token-budget"
+
+    def select(self, inp: StrategyInput) -> Selection:
+        # with no earlier prompt (the first ask, a file) the budget is filled as in the head layout
+        if inp.budget_tokens is None or inp.start is None:
+            return super().select(inp)
+        fixed = fixed_cost(inp.thread, inp.request, inp.settings.system_prompt, inp.closing)
+        cap = inp.budget_tokens - fixed if inp.billed is None else turns_cap(inp, fixed)
+        region, _, restarted = region_of(replace(inp, earlier=()), cap)
+        return Selection(history=region, restarted=restarted)
 
 
 class Utterances:
@@ -87,7 +104,7 @@ class Utterances:
     name, uses_search, memory = "utterances", True, frozenset()
 
     def select(self, inp: StrategyInput) -> Selection:
-        recent = last_units(inp.thread.messages, inp.units, inp.settings.recent)
+        recent = stable_units(inp.thread.messages, inp.units, inp.settings.recent, inp.step)
         kept = {p for u in recent for p in u}
         hits = [(p, s) for p, s in score_messages(inp.index, inp.query_vector, inp.settings.utterance_k + len(kept))
                 if p not in kept][: inp.settings.utterance_k]
@@ -107,18 +124,28 @@ class Blocks:
 
     def select(self, inp: StrategyInput) -> Selection:
         s, thread, index, plan = inp.settings, inp.thread, inp.index, inp.keywords
-        recent = last_units(thread.messages, inp.units, s.recent)
+        recent = stable_units(thread.messages, inp.units, s.recent, inp.step)
         cleared: tuple[int, ...] = ()
-        if inp.budget_tokens is not None:
+        earlier: tuple[Earlier, ...] = ()
+        fresh, restarted = None, True
+        # the cache layout carries on from an earlier prompt; with none (the first ask, a file)
+        # the recent turns are chosen as in the head layout
+        if inp.budget_tokens is not None and inp.start is not None:
+            recent, earlier, fresh, restarted = cached_part(inp)
+        elif inp.budget_tokens is not None:
             recent, cleared = _within_share(thread, recent, RECENT_SHARE * inp.budget_tokens, inp.request)
-        kept = frozenset(p for u in recent for p in u)
+        kept = frozenset(p for u in recent for p in u) | {p for e in earlier for p in e.retrieved.message_ids}
         dense = dense_rows(index, inp.query_vector)
         budget, max_groups = s.context_tokens, s.top_n
         if inp.budget_tokens is not None:
             room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt, inp.closing) \
-                - shown_cost(thread.messages, kept, cleared) - CONTEXT_OVERHEAD
+                - shown_cost(thread.messages, (p for u in recent for p in u), cleared) - CONTEXT_OVERHEAD \
+                - sum(context_cost(thread, e) for e in earlier)
+            if fresh is not None:  # the cache layout: what is new each turn is billed in full, so
+                # it is held to the budget's room and to the best `top_n` groups, never filled up
+                room = min(room, fresh)
             # a budget is always a cap; with fill_budget it is also the target
-            budget, max_groups = (room, None) if s.fill_budget else (min(room, budget), max_groups)
+            budget, max_groups = (room, None) if s.fill_budget and fresh is None else (min(room, budget), max_groups)
         timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
         terms = searched_terms(index, plan.terms)
         if plan.intent == TOPIC:
@@ -131,8 +158,9 @@ class Blocks:
             budget -= _memory_cost(thread, mem)
         retrieved = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups)
         if mem is None:
-            return Selection(tuple(retrieved), recent, cleared=cleared)
-        return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem), cleared)
+            return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted)
+        return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem), cleared, earlier,
+                         restarted)
 
 
 # At a tight budget the recent turns beyond the protected last exchanges may take at most
@@ -312,7 +340,19 @@ def get_strategy(name: str) -> Strategy:
 def strategy_input(index: ThreadIndex, settings: Settings, query_vector: np.ndarray | None = None,
                    keywords: KeywordResult | None = None, request: str = "", budget_tokens: int | None = None,
                    memory: MemoryResult | None = None, closing: str | None = None,
-                   thread: Thread | None = None) -> StrategyInput:
-    """`thread`: the thread as the prompt shows it (old tool results cleared), if not the index's."""
+                   thread: Thread | None = None, carried: Carried | None = None,
+                   billed: int | None = None, step: int = 1) -> StrategyInput:
+    """`thread`: the thread as the prompt shows it (old tool results cleared), if not the index's.
+    `carried`: the previous prompts' layout (store ids), placed in this index's positions;
+    what this index does not hold is left out."""
+    start, earlier = None, []
+    if carried is not None:
+        where = index.position
+        start = where.get(carried.start) if carried.start is not None else None
+        for before, ids, whole in carried.contexts:
+            shown = tuple(where[i] for i in ids if i in where)
+            if before in where and shown:
+                earlier.append(Earlier(where[before], Retrieved(shown, None, 0, None,
+                                                                tuple(where[i] for i in whole if i in where))))
     return StrategyInput(thread or index.thread, index.turn_units, settings, index, query_vector, keywords, request,
-                         budget_tokens, memory, closing)
+                         budget_tokens, memory, closing, start, tuple(earlier), billed, step)

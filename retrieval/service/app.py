@@ -141,8 +141,10 @@ thread_id, body.request, strategy=body.strategy,
         data = render.ask_dict(result)
         metrics().prompt_tokens.inc(data["prompt_tokens"])
         metrics().full_tokens.inc(data["full_history_tokens"])
+        metrics().cached_tokens.inc(data["cached_tokens"] or 0)
         return {"messages": data["messages"], "prompt_tokens": data["prompt_tokens"],
                 "full_tokens": data["full_history_tokens"], "budget_tokens": data["budget_tokens"],
+                "cached_tokens": data["cached_tokens"],
                 "strategy": data["strategy"], "keyword": data["keyword"], "retrieved": data["retrieved"],
                 "recent_message_ids": data["recent_message_indices"], "llm_calls": data["llm_calls"],
                 "notes": data["notes"]}

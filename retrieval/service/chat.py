@@ -16,6 +16,7 @@ the prompt's system prompt, not stored as part of the conversation.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ class Turn:
     prompt_tokens: int
     full_tokens: int
     notes: tuple[str, ...] = ()  # what the prompt left out and why (the X-Semhist-Notes header)
+    cached_tokens: int | None = None  # of the prompt, what repeats the thread's previous one's start
 
 
 def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
@@ -65,8 +67,10 @@ def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
 
 
 def prepare(history: History, settings: Settings, thread_id: str, body: dict[str, Any], *,
-            budget: Budget | None = None, strategy: str = "blocks", model: str | None = None) -> Turn:
-    """Check everything, store what is new, build the prompt; nothing is forwarded yet."""
+            budget: Budget | None = None, strategy: str = "blocks", model: str | None = None,
+            cache_key: bool = False) -> Turn:
+    """Check everything, store what is new, build the prompt; nothing is forwarded yet.
+    `cache_key`: add `prompt_cache_key` (the thread's digest) unless the request has one."""
     get_strategy(strategy)  # an unknown name is refused before anything is stored
     if not body.get("model") and not model:
         raise InputError("model: name the model (the upstream has no default)", field="model")
@@ -93,7 +97,16 @@ def prepare(history: History, settings: Settings, thread_id: str, body: dict[str
     out = {k: v for k, v in body.items() if k != "messages"}
     out["messages"] = prompt
     out["model"] = body.get("model") or model
-    return Turn(thread_id, out, added, count_messages(prompt), result.full_tokens, result.prompt.notes)
+    if cache_key and "prompt_cache_key" not in out:
+        out["prompt_cache_key"] = cache_key_of(thread_id)
+    return Turn(thread_id, out, added, count_messages(prompt), result.full_tokens, result.prompt.notes,
+                result.cached_tokens)
+
+
+def cache_key_of(thread_id: str) -> str:
+    """OpenAI's `prompt_cache_key` for a thread: its prompts then meet the same cache. A digest,
+    so the thread's name (an e-mail address, a user's id) never leaves for the provider."""
+    return "semhist-" + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def notes_header(notes: Sequence[str]) -> dict[str, str]:

@@ -37,6 +37,11 @@ class Metrics:
         self.prompt_tokens = p.Counter("semhist_context_prompt_tokens", "tokens of the prompts built")
         self.full_tokens = p.Counter("semhist_context_full_history_tokens",
                                      "tokens the full history would have cost for the same requests")
+        self.cached_tokens = p.Counter("semhist_context_cached_tokens",
+                                       "of the prompt tokens, those that repeat the start of the thread's previous "
+                                       "prompt (what a provider's prompt cache holds while warm)")
+        self.upstream_cached = p.Counter("semhist_upstream_cached_tokens",
+                                         "prompt tokens the upstream reported read from its cache (usage)")
         self.loads = p.Counter("semhist_thread_loads", "threads read whole from the store (first ask in a "
                                                        "worker, after eviction or another process's rewrite)")
 

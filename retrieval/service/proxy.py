@@ -27,7 +27,7 @@ from . import chat
 from .errors import UpstreamError, UpstreamTimeout
 from .metrics import metrics
 from .schemas import THREAD_ID_PATTERN, Error
-from .upstream import StreamReply, Upstream, reply_of, upstream_of
+from .upstream import StreamReply, Upstream, cached_of, reply_of, upstream_of
 
 log = logging.getLogger("semhist.service")
 
@@ -62,8 +62,9 @@ def chat_api(settings: Settings) -> APIRouter:
             body: ChatCompletionRequest, request: Request,
             x_semhist_thread: Annotated[str | None, Header(pattern=THREAD_ID_PATTERN, max_length=256,
                                                            description="the thread (else `user`)")] = None,
-            x_semhist_budget: Annotated[str | None, Header(max_length=32, description="tokens or a share "
-                                                           "(\"10%\"); default: the server's")] = None,
+            x_semhist_budget: Annotated[str | None, Header(max_length=32, description="tokens, a share "
+                                                           "(\"10%\") or billed tokens (\"1000b\"); default: "
+                                                           "the server's")] = None,
             x_semhist_strategy: Annotated[str | None, Header(max_length=32)] = None) -> Response:
         """OpenAI-compatible chat completions with semhist's memory: send the new turn (or the
         whole history), get the upstream model's answer; the prompt it saw is semhist's."""
@@ -72,13 +73,17 @@ def chat_api(settings: Settings) -> APIRouter:
         thread = chat.thread_of(request.headers, data)
         history: History = request.app.state.history
         prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
-                                    budget=chat.budget_of(x_semhist_budget), strategy=x_semhist_strategy or "blocks")
+                                    budget=chat.budget_of(x_semhist_budget), strategy=x_semhist_strategy or "blocks",
+                                    cache_key=upstream.cache_key)
         turn = await _in_pool(request, prepare)
         metrics().added.inc(turn.added)
         metrics().prompt_tokens.inc(turn.prompt_tokens)
         metrics().full_tokens.inc(turn.full_tokens)
+        metrics().cached_tokens.inc(turn.cached_tokens or 0)
         ours = {"X-Semhist-Thread": thread, "X-Semhist-Prompt-Tokens": str(turn.prompt_tokens),
                 "X-Semhist-Stored": str(turn.added), **chat.notes_header(turn.notes)}
+        if turn.cached_tokens is not None:  # semhist's estimate; the upstream's own count is in its usage
+            ours["X-Semhist-Cached-Tokens"] = str(turn.cached_tokens)
         forward = Forward(request, upstream, turn, ours, _upstream_headers(request, upstream, settings))
         return await (forward.stream() if turn.body.get("stream") else forward.whole())
 
@@ -97,6 +102,9 @@ class Forward:
             answer = await _client(self.request).post(self.upstream.url, json=self.turn.body, headers=self.headers)
         if answer.is_success:
             await self._store(reply_of(answer.content))
+            cached = cached_of(answer.content)
+            if cached is not None:
+                metrics().upstream_cached.inc(cached)
         return Response(answer.content, status_code=answer.status_code, headers=self._headers(answer),
                         media_type=answer.headers.get("content-type", "application/json"))
 

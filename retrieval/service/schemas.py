@@ -43,7 +43,8 @@ class Added(BaseModel):
 class ContextRequest(BaseModel):
     request: str = Field(min_length=1, description="the user's new request")
     strategy: Literal[tuple(STRATEGIES)] = "blocks"  # type: ignore[valid-type]
-    budget: int | str | None = Field(default=None, description="tokens (2000) or a share of the history (\"10%\")")
+    budget: int | str | None = Field(default=None, description="tokens (2000), a share of the history (\"10%\") "
+                                                              "or billed tokens (\"1000b\")")
     system_prompt: str | None = Field(default=None, description="put first in the prompt and counted in the budget")
 
 
@@ -52,6 +53,8 @@ class Context(BaseModel):
     prompt_tokens: int
     full_tokens: int = Field(description="tokens the whole history would have cost")
     budget_tokens: int | None
+    cached_tokens: int | None = Field(default=None, description="of prompt_tokens, those that repeat the start of "
+                                      "the thread's previous prompt: what a provider's prompt cache holds if warm")
     strategy: str
     keyword: dict[str, Any] | None = Field(description="what was searched for, and where it came from")
     retrieved: list[dict[str, Any]] = Field(description="the stretches of history retrieved, best first")

@@ -24,6 +24,7 @@ class Upstream:
     headers: dict[str, str] = field(repr=False)
     model: str | None  # when the client names none
     uses_client_key: bool  # no key of our own: the client's bearer token goes on
+    cache_key: bool = True  # it takes OpenAI's prompt_cache_key (Azure's API refuses fields it does not know)
 
 
 def upstream_of(settings: Settings) -> Upstream:
@@ -31,7 +32,8 @@ def upstream_of(settings: Settings) -> Upstream:
     OpenAI/Azure variables describe, with their key."""
     if settings.upstream:
         key = settings.upstream_api_key
-        return Upstream(_completions(settings.upstream), _bearer(key), None, key is None)
+        return Upstream(_completions(settings.upstream), _bearer(key), None, key is None,
+                        _takes_cache_key(settings, settings.upstream))
     llm = settings.llm
     if llm is None:
         raise ConfigError("no upstream model for /v1/chat/completions: start semhist serve with --upstream URL "
@@ -41,8 +43,25 @@ def upstream_of(settings: Settings) -> Upstream:
     if llm.provider == "azure":
         url = (f"{llm.base_url.rstrip('/')}/openai/deployments/{quote(llm.model, safe='')}/chat/completions"
                f"?api-version={quote(llm.api_version or '', safe='')}")
-        return Upstream(url, {"api-key": key} if key else {}, llm.model, key is None)
-    return Upstream(_completions(llm.base_url or OPENAI_URL), _bearer(key), llm.model, key is None)
+        return Upstream(url, {"api-key": key} if key else {}, llm.model, key is None, settings.cache_key == "on")
+    base = llm.base_url or OPENAI_URL
+    return Upstream(_completions(base), _bearer(key), llm.model, key is None, _takes_cache_key(settings, base))
+
+
+def _takes_cache_key(settings: Settings, url: str) -> bool:
+    if settings.cache_key != "auto":
+        return settings.cache_key == "on"
+    return not (urlsplit(url).hostname or "").endswith((".azure.com", ".azure-api.net"))
+
+
+def cached_of(body: bytes) -> int | None:
+    """The prompt tokens a chat completion says were read from the provider's cache
+    (`usage.prompt_tokens_details.cached_tokens`), when it says."""
+    try:
+        value = json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _completions(base: str) -> str:
