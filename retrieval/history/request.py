@@ -85,16 +85,17 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
             result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
                                vector=vector, memory=memory, as_stored=as_stored,
                                carried=Carried.from_turns(logged, name) if cache else None)
+        marks = prefix_marks(result.prompt.messages) if logged or log_turn else []
         before = previous_marks(logged, name)
         if before is not None:
-            result = replace(result, cached_tokens=shared_marks(before, prefix_marks(result.prompt.messages)))
+            result = replace(result, cached_tokens=shared_marks(before, marks))
         result = _noted(result, index, budget, raised, marker)
         if answer:
             result = asker.answer(result)
         if log_turn:
             timings = {"view_ms": round((viewed - began) * 1000, 2),
                        "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
-            parts.store.log_turn(thread_id, turn_record(result, index, masker, timings,
+            parts.store.log_turn(thread_id, turn_record(result, index, masker, timings, marks,
                                                              "cache" if cache else "head"))
         out.append(result)
     return out

@@ -24,7 +24,8 @@ def prefix_marks(messages) -> list[list]:
 
 
 def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, timings: dict[str, float],
-                layout: str = "head") -> dict[str, Any]:
+                marks: list[list], layout: str = "head") -> dict[str, Any]:
+    """`marks`: the prompt's `prefix_marks`, made once by the caller."""
     kw, thread, mem = result.keywords, result.thread, result.memory
     mask = masker or (lambda text: text)
     blocks = []
@@ -50,7 +51,7 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
                        "selection_ms": round(result.selection_ms, 2)},
         "answered": result.answer is not None,
         "notes": list(result.prompt.notes),
-        "prefix": prefix_marks(result.prompt.messages),
+        "prefix": marks,
         "cached_tokens": result.cached_tokens,
         **({"cache": cache_record(result)} if layout == "cache" else {}),
     }
@@ -64,18 +65,18 @@ def previous_marks(records: list[dict[str, Any]], strategy: str) -> list | None:
 def cache_record(result: AskResult) -> dict[str, Any]:
     """What the next turn's prompt in the cache layout carries over, by store id: where this
     prompt's turns start, whether they started again, and every retrieved history it holds
-    (those carried from earlier turns and its own) with the request each came before. The
-    newest record of a strategy is its whole state: one read finds it."""
+    (those carried from earlier turns and its own, last) as [the request it came before, its
+    messages, those shown whole]. The newest record of a strategy is its whole state: one
+    read finds it."""
     thread, prompt = result.thread, result.prompt
     selection = prompt.selection
     at = lambda positions: sorted({thread.messages[p].index for p in positions})  # noqa: E731
-    ids = at(p for r in selection.retrieved for p in r.message_ids)
-    whole = at(p for r in selection.retrieved for p in r.whole)
-    before = thread.messages[prompt.context_before].index if prompt.context_before is not None else None
     contexts = [[thread.messages[e.before].index, at(e.retrieved.message_ids), at(e.retrieved.whole)]
                 for e in selection.earlier]
-    if before is not None and ids:
-        contexts.append([before, ids, whole])
+    ids = at(p for r in selection.retrieved for p in r.message_ids)
+    if prompt.context_before is not None and ids:
+        contexts.append([thread.messages[prompt.context_before].index, ids,
+                         at(p for r in selection.retrieved for p in r.whole)])
     history = selection.history
     return {"start": thread.messages[history[0][0]].index if history else None, "restarted": selection.restarted,
-            "before": before, "ids": ids, "whole": whole, "contexts": contexts}
+            "contexts": contexts}

@@ -65,9 +65,10 @@ def render_context(thread: Thread, retrieved: tuple[Retrieved, ...]) -> str:
     return "\n".join(parts)
 
 
-def context_cost(thread: Thread, earlier: Earlier, role: str = "system") -> int:
-    """What an earlier turn's context message costs where it is carried."""
-    return count_message({"role": role, "content": render_context(thread, (earlier.retrieved,))})
+def context_cost(thread: Thread, earlier: Earlier) -> int:
+    """What an earlier turn's context message costs where it is carried (the role costs the
+    same whichever it is)."""
+    return count_message({"role": "system", "content": render_context(thread, (earlier.retrieved,))})
 
 
 def _runs(positions: list[int]) -> list[list[int]]:
@@ -276,7 +277,7 @@ class _Parts:
         self.keep = protected_count(thread.messages, self.history, request, as_stored)
         self.has_current = self.keep > PROTECTED_UNITS  # the last turn is the request's own, until dropped
         self.cleared = set(selection.cleared)
-        self.carried = {e.before: context_cost(thread, e, context_role) for e in selection.earlier}
+        self.carried = {e.before: e.tokens for e in selection.earlier}
         self.costs = [self._cost(i) for i in range(len(self.history))]
         self.ctx, self.mem, self.hist = self.context_cost(), self.memory_cost(), sum(self.costs)
 

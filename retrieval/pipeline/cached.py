@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from semhist.kernel.model import Thread
 
 from ..billing import price_model
-from .assemble import CONTEXT_OVERHEAD, context_cost, fixed_cost
+from .assemble import CONTEXT_OVERHEAD, fixed_cost
 from .select import PROTECTED_UNITS, Earlier, last_units, protected_count, shown_cost
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def cached_part(inp: StrategyInput) -> tuple[tuple[tuple[int, ...], ...], tuple[
         return recent, earlier, float("inf") if restarted else FRESH_SHARE * inp.budget_tokens, restarted
     # billed this turn: what the last prompt held at the cached price, the rest in full
     cached = price_model(s.price_model).cached
-    turns = sum(shown_cost(thread.messages, u) for u in recent) + sum(context_cost(thread, e) for e in earlier)
+    turns = sum(shown_cost(thread.messages, u) for u in recent) + sum(e.tokens for e in earlier)
     new = turns if restarted else sum(shown_cost(thread.messages, u) for u in recent[-PROTECTED_UNITS:])
     held = fixed + turns - new
     # a turn that starts again has spent the budget on its turns; it still retrieves something
@@ -97,7 +97,7 @@ def _costs_at_most(thread: Thread, units: Sequence[tuple[int, ...]], earlier: Se
     """Whether these turns and the earlier contexts among them cost at most `cap` (counting
     stops at the cap: a long stretch is not walked to its end)."""
     first = units[0][0]
-    total = sum(context_cost(thread, e) for e in earlier if e.before >= first)
+    total = sum(e.tokens for e in earlier if e.before >= first)
     for unit in reversed(units):
         total += shown_cost(thread.messages, unit)
         if total > cap:

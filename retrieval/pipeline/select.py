@@ -64,6 +64,7 @@ class Earlier:
 
     before: int
     retrieved: Retrieved
+    tokens: int = 0  # what its context message costs (counted once per request)
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ class Blocks:
         if inp.budget_tokens is not None:
             room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt, inp.closing) \
                 - shown_cost(thread.messages, (p for u in recent for p in u), cleared) - CONTEXT_OVERHEAD \
-                - sum(context_cost(thread, e) for e in earlier)
+                - sum(e.tokens for e in earlier)
             if fresh is not None:  # the cache layout: what is new each turn is billed in full, so
                 # it is held to the budget's room and to the best `top_n` groups, never filled up
                 room = min(room, fresh)
@@ -345,14 +345,14 @@ def strategy_input(index: ThreadIndex, settings: Settings, query_vector: np.ndar
     """`thread`: the thread as the prompt shows it (old tool results cleared), if not the index's.
     `carried`: the previous prompts' layout (store ids), placed in this index's positions;
     what this index does not hold is left out."""
-    start, earlier = None, []
+    start, earlier, thread = None, [], thread or index.thread
     if carried is not None:
         where = index.position
         start = where.get(carried.start) if carried.start is not None else None
         for before, ids, whole in carried.contexts:
             shown = tuple(where[i] for i in ids if i in where)
             if before in where and shown:
-                earlier.append(Earlier(where[before], Retrieved(shown, None, 0, None,
-                                                                tuple(where[i] for i in whole if i in where))))
-    return StrategyInput(thread or index.thread, index.turn_units, settings, index, query_vector, keywords, request,
+                e = Earlier(where[before], Retrieved(shown, None, 0, None, tuple(where[i] for i in whole if i in where)))
+                earlier.append(replace(e, tokens=context_cost(thread, e)))
+    return StrategyInput(thread, index.turn_units, settings, index, query_vector, keywords, request,
                          budget_tokens, memory, closing, start, tuple(earlier), billed, step)
