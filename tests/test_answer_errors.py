@@ -69,3 +69,18 @@ def test_eval_counts_failed_answers_and_llm_analyses(bad_llm, cache_dir, monkeyp
     analysis = report["queries"][0]["analysis"]
     assert analysis["source"] == "local" and analysis["from"]["keywords"] == "local" and analysis["rejected"]
     assert report["queries"][0]["answers"]["blocks"]["answer"] is None  # failed: scored as an empty answer
+
+
+def test_one_deadline_covers_the_analysis_and_the_answer(bad_llm, cache_dir, monkeypatch, capsys):
+    """A hanging model used to be waited for twice --llm-timeout: once for the request
+    analysis, once for the answer."""
+    import time
+
+    bad_llm.mode = "slow"
+    _bad_env(bad_llm, cache_dir, monkeypatch, SEMHIST_KEYWORD="llm")
+    began = time.perf_counter()
+    code = main(["ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, "--answer", "--llm-timeout", "3", "--json"])
+    waited = time.perf_counter() - began
+    out, err = capsys.readouterr()
+    assert code == 4 and "deadline" in json.loads(out)["answer_error"], err
+    assert waited < 3 * 1.7, waited  # one timeout and the work around it, not two timeouts

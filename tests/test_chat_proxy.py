@@ -280,3 +280,19 @@ def test_an_unreachable_upstream_is_a_502_and_the_request_is_kept(tmp_path, cach
     finally:
         server.stop()
     assert "Traceback" not in server.output()
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_the_forwarded_body_keeps_planted_text_as_data(proxy):
+    from semhist.llm.server import MODEL_NAME
+
+    from .injection import CORPUS, REQUEST, check_prompt, planted_thread
+
+    server, relay = proxy
+    httpx.post(server.url + "/v1/threads/planted/messages", json={"messages": planted_thread(CORPUS)},
+               timeout=120).raise_for_status()
+    client(server, "planted").chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": REQUEST}], max_tokens=1, temperature=0)
+    shown = check_prompt(relay.bodies[-1]["messages"], *CORPUS)
+    assert len(shown) == len(CORPUS), set(c["id"] for c in CORPUS) - shown

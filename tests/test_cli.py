@@ -24,7 +24,7 @@ def test_ask_prints_keyword_blocks_prompt_and_tokens(cache_dir):
     out = semhist("ask", str(SAMPLES / "ramen.json"), RAMEN_REQUEST, cache_dir=cache_dir).stdout
     assert "keyword: ラーメン" in out and "local: no LLM is configured" in out
     assert "block 0" in out and "cosine" in out and "2025-07-29T09:00:00+09:00" in out
-    assert '"role": "system"' in out and "prompt tokens:" in out and "full history:" in out
+    assert "retrieved_history" in out and "prompt tokens:" in out and "full history:" in out
     assert "ground truth kept: 24/24" in out
 
 

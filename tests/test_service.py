@@ -273,3 +273,14 @@ def test_no_token_means_loopback_only(tmp_path):
                           str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3
     assert "SEMHIST_API_TOKEN" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_planted_text_stays_data_in_context_over_http(api):
+    from .injection import CORPUS, REQUEST, check_prompt, planted_thread
+
+    assert api.post("/v1/threads/planted/messages", json={"messages": planted_thread(CORPUS)}).status_code == 201
+    for strategy in ("blocks", "full", "token-budget"):
+        body = api.post("/v1/threads/planted/context", json={"request": REQUEST, "strategy": strategy,
+                                                             "budget": 3000}).json()
+        shown = check_prompt(body["messages"], *CORPUS)
+        assert strategy == "token-budget" or len(shown) == len(CORPUS), (strategy, set(c["id"] for c in CORPUS) - shown)

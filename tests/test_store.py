@@ -190,3 +190,33 @@ def test_teams_style_ids_are_accepted(good):
 def test_unknown_scheme_lists_the_valid_ones():
     with pytest.raises(ConfigError, match="postgresql://.*sqlite://"):
         open_store("mysql://x/y")
+
+
+def test_a_clean_close_leaves_everything_in_the_database_file(tmp_path, cache_dir):
+    """A backup that copies semhist.sqlite3 alone after a clean stop used to get an empty
+    store: everything was still in the -wal file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from semhist import History
+    from semhist.kernel.settings import Settings
+
+    db = tmp_path / "semhist.sqlite3"
+    history = History(Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path, db=f"sqlite:///{db}"))
+
+    # as in the service: written from a worker thread whose connection is still open at close
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(history.add_many, "t", [{"role": "user", "content": f"message {i}"} for i in range(20)]).result()
+        history.close()
+        _check_file_alone(tmp_path, db)
+
+
+def _check_file_alone(tmp_path, db):
+    import shutil
+    import sqlite3
+
+    assert not (tmp_path / "semhist.sqlite3-wal").exists() or (tmp_path / "semhist.sqlite3-wal").stat().st_size == 0
+    copy = tmp_path / "backup" / "copy.sqlite3"
+    copy.parent.mkdir()
+    shutil.copy(db, copy)  # the file alone, as a naive backup takes it
+    with sqlite3.connect(copy) as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 20

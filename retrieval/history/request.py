@@ -90,8 +90,8 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
         if before is not None:
             result = replace(result, cached_tokens=shared_marks(before, marks))
         result = _noted(result, index, budget, raised, marker)
-        if answer:
-            result = asker.answer(result)
+        if answer:  # one deadline for the request analysis and the answer
+            result = asker.answer(result, timeout=settings.llm_timeout - (time.perf_counter() - start))
         if log_turn:
             timings = {"view_ms": round((viewed - began) * 1000, 2),
                        "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}

@@ -10,6 +10,8 @@ from functools import cached_property
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .quoting import neutral, reserved
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -41,7 +43,8 @@ class Message:
     cleared: str | None = field(default=None, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
-        """This message as an OpenAI chat `messages` entry (tool calls and parts as given)."""
+        """This message as an OpenAI chat `messages` entry (tool calls and parts as given),
+        its text with chat-template control tokens neutralised (kernel/quoting.py)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         name = api_name(self.name) if self.name and self.role in ("user", "assistant") else None
         if name:
@@ -54,7 +57,28 @@ class Message:
             out.update(self.verbatim)
         if self.cleared is not None:
             out["content"] = self.cleared
-        return out
+        return _neutralised(out)
+
+
+def _neutralised(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message with no control token in its text, parts or tool-call arguments: stored
+    text must not become a template's `<|im_start|>system` when a server renders it."""
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"] = neutral(content)
+    elif isinstance(content, list):
+        message["content"] = [{**p, "text": neutral(p["text"])}
+                              if isinstance(p, dict) and isinstance(p.get("text"), str) else p for p in content]
+    if message.get("tool_calls"):
+        message["tool_calls"] = [_neutral_call(c) for c in message["tool_calls"]]
+    return message
+
+
+def _neutral_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    return {**call, "function": {**function, "arguments": neutral(function["arguments"])}}
 
 
 # The chat-completions API refuses a `name` with whitespace or any of < | \ / > (its pattern is
@@ -63,8 +87,10 @@ _NAME_REFUSED = re.compile(r"[\s<|\\/>]+")
 
 
 def api_name(name: str) -> str | None:
-    """A speaker's name as the API accepts it (at most 64 characters), None when nothing is left."""
-    return _NAME_REFUSED.sub("_", name).strip("_")[:64] or None
+    """A speaker's name as the API accepts it (at most 64 characters), None when nothing is left
+    or when it reads as a role ("system"): the message's role is what it is."""
+    clean = _NAME_REFUSED.sub("_", name).strip("_")[:64]
+    return clean if clean and not reserved(clean) else None
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,11 @@ class Settings:
                                                     "exchanges at a time, so the prompt's start changes rarely")
     alternate: bool = option(False, group=SEARCH, help="merge same-role turns for APIs that require "
                                                        "user/assistant alternation")
-    context_role: str = option("system", group=SEARCH, choices=("system", "user"),
-                               help="role of the retrieved-context message")
+    # "user", not "system": the context quotes what anyone once typed, and a system message
+    # speaks with the operator's authority (docs/guides/security.md)
+    context_role: str = option("user", group=SEARCH, choices=("user", "system"),
+                               help="role of the retrieved-context and memory messages (system gives "
+                                    "stored text the operator's authority)")
     system_prompt: str | None = option(None, group=SEARCH, help="system prompt put first in every prompt",
                                        shown="none")
     # -- the request

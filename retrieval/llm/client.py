@@ -10,12 +10,14 @@ from semhist.kernel.settings import LLMConfig
 
 
 class LLMClient(Protocol):
-    """Sends a chat `messages` list, returns the reply text. `model` names what answered."""
+    """Sends a chat `messages` list, returns the reply text. `model` names what answered;
+    `timeout` (seconds) shortens this call's wait below the configured one."""
 
     model: str
 
     def chat(self, messages: Sequence[dict[str, Any]], *, json_mode: bool = False,
-             json_schema: dict[str, Any] | None = None, max_tokens: int = 256) -> str: ...
+             json_schema: dict[str, Any] | None = None, max_tokens: int = 256,
+             timeout: float | None = None) -> str: ...
 
 
 class OpenAIChat:
@@ -34,11 +36,14 @@ class OpenAIChat:
                              timeout=config.timeout, max_retries=0)
 
     def chat(self, messages: Sequence[dict[str, Any]], *, json_mode: bool = False,
-             json_schema: dict[str, Any] | None = None, max_tokens: int = 256) -> str:
+             json_schema: dict[str, Any] | None = None, max_tokens: int = 256,
+             timeout: float | None = None) -> str:
         import openai
 
         kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages),
                                   "temperature": 0, "max_tokens": max_tokens}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
         if json_schema is not None:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "answer", "schema": json_schema}}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from semhist.kernel.model import Thread
 
 from ..billing import price_model
-from .assemble import CONTEXT_OVERHEAD, fixed_cost
+from .assemble import context_overhead, fixed_cost
 from .select import PROTECTED_UNITS, Earlier, last_units, protected_count, shown_cost
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def turns_cap(inp: StrategyInput, fixed: int) -> float:
     """What the cache layout's turns and the contexts they carry may cost before they start
     again: the budget less a new retrieval's share (a token budget), or what keeps their
     cached price within a share of a billed budget."""
-    room = inp.budget_tokens - fixed - CONTEXT_OVERHEAD
+    room = inp.budget_tokens - fixed - context_overhead()
     if inp.billed is None:
         return room - FRESH_SHARE * inp.budget_tokens
     return min(CARRIED_BILLED_SHARE * inp.billed / price_model(inp.settings.price_model).cached, room)

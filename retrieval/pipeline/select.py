@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from semhist.kernel.model import Message, Thread, content_text, message_text
+from semhist.kernel.quoting import quoted, speaker
 from semhist.indexers.store import NoteRecord, StoredMessage, SummaryRecord
 from semhist.kernel.tokens import count_message, count_text
 
@@ -24,8 +25,9 @@ MIN_USEFUL = 40  # below this many free tokens, packing stops
 def message_line(msg: Message | StoredMessage) -> str:
     """How one old message reads inside the context message or a summarizer's input. It is
     named by its author when known (that tells user from assistant in a chat between people,
-    and costs fewer tokens than role plus name), else by its role."""
-    return f"{msg.name or msg.role}: {message_text(msg)}"
+    and costs fewer tokens than role plus name), else by its role. Its text is quoted: it can
+    neither close the block it is in nor start a line as another speaker (kernel/quoting.py)."""
+    return f"{speaker(msg.name, msg.role)}: {quoted(message_text(msg))}"
 
 
 def context_line(thread: Thread, pos: int, whole: bool = False) -> str:
@@ -34,7 +36,7 @@ def context_line(thread: Thread, pos: int, whole: bool = False) -> str:
     search result read in it."""
     msg = thread.messages[pos]
     if msg.cleared is not None and not whole:
-        return f"{msg.role}: {msg.cleared}"
+        return f"{msg.role}: {quoted(msg.cleared)}"
     return message_line(msg)
 
 

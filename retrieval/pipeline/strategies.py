@@ -20,7 +20,7 @@ from semhist.kernel.model import Thread
 from semhist.kernel.settings import Settings
 from semhist.kernel.tokens import count_text
 
-from .assemble import CONTEXT_OVERHEAD, context_cost, fixed_cost, render_memory
+from .assemble import context_overhead, context_cost, fixed_cost, render_memory
 from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
 from .named_time import in_range
@@ -139,7 +139,7 @@ class Blocks:
         budget, max_groups = s.context_tokens, s.top_n
         if inp.budget_tokens is not None:
             room = inp.budget_tokens - fixed_cost(thread, inp.request, s.system_prompt, inp.closing) \
-                - shown_cost(thread.messages, (p for u in recent for p in u), cleared) - CONTEXT_OVERHEAD \
+                - shown_cost(thread.messages, (p for u in recent for p in u), cleared) - context_overhead() \
                 - sum(e.tokens for e in earlier)
             if fresh is not None:  # the cache layout: what is new each turn is billed in full, so
                 # it is held to the budget's room and to the best `top_n` groups, never filled up
