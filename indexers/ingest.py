@@ -18,6 +18,7 @@ import numpy as np
 
 from .embed import PASSAGE, Embedder, embed_or_fail
 from .lexical import tokenize
+from semhist.kernel.errors import InputError
 from semhist.kernel.model import Message, embedding_text, message_text
 from .pii import RULES, Masker, mask_message, masker_from_setting
 from .segment import Segmenter, drift_history
@@ -62,6 +63,20 @@ def pii_rules(value: str | None) -> tuple[str, ...]:
 @lru_cache(maxsize=16)  # a handful of rule sets ever: not one Masker per ask
 def masker_of(rules: tuple[str, ...]) -> Masker | None:
     return Masker(rules) if rules else None
+
+
+def check_identifiers(thread_id: str, keys: Sequence[str | None], masker: Masker) -> None:
+    """With masking on, a thread id or a caller's message key holding personal data is refused:
+    ids are stored, listed, logged and echoed in headers as they are, so they cannot be masked
+    (the proxy makes its ids from an OpenAI `user` as keyed digests instead)."""
+    if masker(thread_id) != thread_id:
+        raise InputError(f"thread id {masker(thread_id)!r} holds personal data, which this thread's masking "
+                         "(--pii) keeps out of the store: name the thread without it (e.g. a digest)",
+                         field="thread_id")
+    for i, key in enumerate(keys):
+        if key and masker(key) != key:
+            raise InputError(f"message {i}, field 'id': {masker(key)!r} holds personal data, which this "
+                             "thread's masking (--pii) keeps out of the store", index=i, field="id")
 
 
 class Ingestor:
@@ -149,7 +164,10 @@ class Ingestor:
             return self._store_with(self.thread_rules(self.store.pii(thread_id)), thread_id, todo, manifest)
 
     def _store_with(self, rules: tuple[str, ...], thread_id: str, todo: list, manifest: dict | None) -> AppendResult:
-        rows = self.prepare([m for m, _ in todo], [k for _, k in todo], masker_of(rules))
+        masker = masker_of(rules)
+        if masker:
+            check_identifiers(thread_id, [k for _, k in todo], masker)
+        rows = self.prepare([m for m, _ in todo], [k for _, k in todo], masker)
         return self.store.append(thread_id, rows, self.embedder.id, self.segment_tail,
                                  manifest=manifest, pii=",".join(rules) or None)
 

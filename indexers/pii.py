@@ -261,7 +261,12 @@ def mask_message(msg: Message, masker: Masker) -> Message:
 
 def _mask_call(call: dict, masker: Masker) -> dict:
     fn = call.get("function")
-    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+    if not isinstance(fn, dict):
+        return call
+    if isinstance(fn.get("name"), str) and masker(fn["name"]) != fn["name"]:  # a tool named after someone
+        fn = {**fn, "name": masker(fn["name"])}
+        call = {**call, "function": fn}
+    if not isinstance(fn.get("arguments"), str):
         return call
     raw = fn["arguments"]
     try:  # value by value, so {"card": 4111111111111111} stays JSON

@@ -4,6 +4,7 @@ markers, appends that close blocks in the same transaction, and scoped reads."""
 from __future__ import annotations
 
 import json
+import secrets
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -107,6 +108,20 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
         with self._read() as cur:
             cur.execute("SELECT value FROM store_meta WHERE key = 'uid'")
             return cur.fetchone()[0]
+
+    def secret(self) -> bytes:
+        """A random key made on first use and kept in the store, shared by every process that
+        uses it: what derived thread ids are keyed with when SEMHIST_SECRET is not set."""
+        with self._read() as cur:
+            cur.execute("SELECT value FROM store_meta WHERE key = 'secret'")
+            row = cur.fetchone()
+        if row is None:
+            with self._write() as cur:  # two processes at once: the first one's stays
+                cur.execute(self._sql("INSERT INTO store_meta (key, value) VALUES ('secret', ?) "
+                                      "ON CONFLICT (key) DO NOTHING"), (secrets.token_hex(32),))
+                cur.execute("SELECT value FROM store_meta WHERE key = 'secret'")
+                row = cur.fetchone()
+        return bytes.fromhex(row[0])
 
     # -- threads -------------------------------------------------------------------------
     def _ensure_thread(self, cur, thread_id: str) -> None:

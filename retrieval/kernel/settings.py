@@ -197,10 +197,28 @@ class Settings:
                             help="the proxy sends prompt_cache_key (a digest of the thread) unless the request "
                                  "has one, so a thread's prompts meet the provider's same cache; auto: not to "
                                  "Azure, whose API refuses fields it does not know")
+    # The service closes what it opens (docs/guides/security.md): a request's headers and body
+    # each have a deadline, an idle connection is closed, connections per worker are capped.
+    header_timeout: float = option(10.0, group=SERVICE, help="seconds a client has to send a request's "
+                                                             "headers (408 and closed after)")
+    body_timeout: float = option(30.0, group=SERVICE, help="seconds a client has to send a request's body "
+                                                           "once its headers are in")
+    # longer than a bot's pause between turns and a load balancer's idle timeout (60 s): closing
+    # sooner races with the client reusing the connection
+    keep_alive: float = option(75.0, group=SERVICE, help="seconds an idle kept-alive connection stays open")
+    max_connections: int = option(1000, group=SERVICE, help="connections per worker; beyond, new requests "
+                                                            "are answered 503")
     upstream_timeout: float = option(600.0, group=SERVICE, help="seconds to wait for the upstream's answer "
                                                                 "(a local model on a busy CPU takes minutes)")
+    tokens_file: Path | None = option(None, group=SERVICE, shown="none",
+                                      help="a JSON file of scoped bearer tokens, each limited to thread-id "
+                                           "prefixes (docs/guides/security.md)")
     # Only from the environment (SEMHIST_API_TOKEN): a flag would show the secret in `ps`.
     api_token: str | None = field(default=None, repr=False)
+    tokens: str | None = field(default=None, repr=False)  # SEMHIST_TOKENS: the tokens file's JSON
+    # SEMHIST_SECRET: the key of the thread ids the proxy makes from an OpenAI `user`; without
+    # it, a random one kept in the store (so every replica on the store makes the same ids)
+    secret: str | None = field(default=None, repr=False)
     # SEMHIST_UPSTREAM_API_KEY: the key for --upstream (the OpenAI/Azure keys are only ever sent
     # to the endpoints their own variables name)
     upstream_api_key: str | None = field(default=None, repr=False)
@@ -222,8 +240,8 @@ class Settings:
         if unknown:
             raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
         values.update({k: v for k, v in overrides.items() if v is not None and k != "llm"})
-        for name in ("cache_dir", "data_dir"):
-            if name in values:
+        for name in ("cache_dir", "data_dir", "tokens_file"):
+            if values.get(name) is not None:
                 values[name] = Path(values[name]).expanduser()
         settings = cls(**values)
         llm = overrides.get("llm") or LLMConfig.from_env(env, settings.llm_timeout)
@@ -233,7 +251,8 @@ class Settings:
         positive = ("gap_seconds", "max_block_tokens", "min_block_messages", "top_n", "window",
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
-                    "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step", "recent_step")
+                    "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step", "recent_step",
+                    "header_timeout", "body_timeout", "keep_alive", "max_connections")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import hmac
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -29,7 +28,8 @@ from .. import render
 from semhist import History
 from semhist.kernel.ids import MAX_KEY
 from . import errors
-from .errors import TooLarge, Unauthorized
+from .access import Access, Grant
+from .errors import Forbidden, TooLarge, Unauthorized
 from .metrics import Timing, metrics
 from .proxy import chat_api
 from .schemas import (THREAD_ID_PATTERN, AddMessages, Added, Context, ContextRequest, Error, Forgotten, Health,
@@ -39,7 +39,7 @@ log = logging.getLogger("semhist.service")
 
 WORKER_THREADS = 8  # requests in progress per worker; each holds one store connection
 ThreadId = Annotated[str, Path(pattern=THREAD_ID_PATTERN, max_length=256, description="e.g. a Teams conversation.id")]
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Error} for code in (400, 401, 404, 409, 413, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Error} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
 
 
 def run_on(pool_name: str):
@@ -75,6 +75,8 @@ def create_app(settings: Settings | None = None, history: History | None = None)
         app.state.http, app.state.upstream_timeout = None, settings.upstream_timeout  # made on first use
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(app.state.pool, _warm, app.state.history)
+        app.state.secret = settings.secret.encode() if settings.secret else \
+            await loop.run_in_executor(app.state.pool, app.state.history.store.secret)
         try:
             yield
         finally:
@@ -85,31 +87,48 @@ def create_app(settings: Settings | None = None, history: History | None = None)
             app.state.pool.shutdown(wait=True)
             app.state.ops_pool.shutdown(wait=True)
 
-    app = FastAPI(title="semhist", version=_version(), lifespan=lifespan,
+    access = Access.from_settings(settings)  # a bad tokens file stops the start, not a request
+    # with tokens, the API's description is for their holders: /openapi.json behind the token,
+    # the HTML pages (which cannot send one) off
+    docs = {} if access.open else {"openapi_url": None, "docs_url": None, "redoc_url": None}
+    app = FastAPI(title="semhist", version=_version(), lifespan=lifespan, **docs,
                   description="Semantic history for chat threads that never end: append messages, ask for the "
                               "prompt of the next turn within a token budget, or put semhist in front of "
                               "any OpenAI-compatible model (POST /v1/chat/completions).")
     errors.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_kb * 1024)
     app.add_middleware(Timing, sink=metrics())
-    auth = Depends(_bearer(settings.api_token))
+    app.state.access = access
+    auth = Depends(_bearer)
     app.include_router(_threads_api(settings), dependencies=[auth], responses=ERRORS)
     app.include_router(chat_api(settings), dependencies=[auth])
 
-    @app.get("/healthz", response_model=Health, responses={503: {"model": Error}}, tags=["operations"])
+    @app.get("/healthz", response_model=Health, response_model_exclude_none=True,
+             responses={503: {"model": Error}}, tags=["operations"])
     @in_ops_pool
     def healthz(request: Request) -> Health:
-        """Alive, with the store answering."""
+        """Alive, with the store answering; its counts only for the operator's token (or a
+        server without tokens): a liveness probe carries none, and needs none."""
         threads, messages = _history(request).store.totals()
+        grant = request.app.state.access.grant(_token_of(request))
+        if grant is None or not grant.everything:
+            return Health(status="ok")
         return Health(status="ok", threads=threads, messages=messages)
 
     @app.get("/metrics", dependencies=[auth], response_class=Response, tags=["operations"],
-             responses={200: {"content": {"text/plain": {}}}, 401: {"model": Error}})
+             responses={200: {"content": {"text/plain": {}}}, 401: {"model": Error}, 403: {"model": Error}})
     @in_ops_pool
     def prometheus(request: Request) -> Response:
-        """Prometheus text: requests and latency per route, messages, tokens sent vs full history."""
+        """Prometheus text: requests and latency per route, messages, tokens sent vs full history
+        (every thread's figures: the operator's token only)."""
+        _everything(request)
         body, kind = metrics().exposition(_history(request).store.totals)
         return Response(body, media_type=kind)
+
+    if not access.open:
+        @app.get("/openapi.json", dependencies=[auth], include_in_schema=False)
+        def openapi() -> dict[str, Any]:
+            return app.openapi()
 
     return app
 
@@ -119,7 +138,7 @@ def _threads_api(settings: Settings) -> APIRouter:
 
     @api.post("/v1/threads/{thread_id}/messages", status_code=201, response_model=Added)
     @in_pool
-    def add_messages(thread_id: ThreadId, body: AddMessages, request: Request) -> Added:
+    def add_messages(thread_id: ScopedThread, body: AddMessages, request: Request) -> Added:
         """Store messages (OpenAI chat shape). Each may carry `id`, the caller's key (e.g. a
         Teams activity id): posting it again adds nothing. A bad message stores none of the batch."""
         if len(body.messages) > settings.max_batch:
@@ -132,7 +151,7 @@ def _threads_api(settings: Settings) -> APIRouter:
 
     @api.post("/v1/threads/{thread_id}/context", response_model=Context)
     @in_pool
-    def context(thread_id: ThreadId, body: ContextRequest, request: Request) -> dict[str, Any]:
+    def context(thread_id: ScopedThread, body: ContextRequest, request: Request) -> dict[str, Any]:
         """The prompt for the next turn: send `messages` to any chat-completions API."""
         result = _history(request).ask(  # History checks the request once (too long: 413)
 thread_id, body.request, strategy=body.strategy,
@@ -152,19 +171,20 @@ thread_id, body.request, strategy=body.strategy,
     @api.get("/v1/threads", response_model=list[ThreadSummary])
     @in_pool
     def threads(request: Request) -> list[dict[str, Any]]:
-        """Every stored thread with its message count and time span."""
-        return [render.thread_dict(i) for i in _history(request).threads()]
+        """Every stored thread the token may see, with its message count and time span."""
+        grant = request.state.grant
+        return [render.thread_dict(i) for i in _history(request).threads() if grant.allows(i.thread_id)]
 
     @api.get("/v1/threads/{thread_id}/log")
     @in_pool
-    def turn_log(thread_id: ThreadId, request: Request,
+    def turn_log(thread_id: ScopedThread, request: Request,
                  limit: Annotated[int | None, Query(ge=1, le=10_000)] = None) -> list[dict[str, Any]]:
         """What each context request sent: keyword, retrieved stretches, scores, tokens, timings."""
         return _history(request).log(thread_id, limit)
 
     @api.delete("/v1/threads/{thread_id}", response_model=Forgotten)
     @in_pool
-    def forget_thread(thread_id: ThreadId, request: Request) -> Forgotten:
+    def forget_thread(thread_id: ScopedThread, request: Request) -> Forgotten:
         """Forget the thread: texts, vectors, summaries, statements and the log."""
         history = _history(request)
         if not history.store.has_thread(thread_id):
@@ -173,7 +193,7 @@ thread_id, body.request, strategy=body.strategy,
 
     @api.delete("/v1/threads/{thread_id}/messages/{message_id}", response_model=Forgotten)
     @in_pool
-    def forget_message(thread_id: ThreadId, message_id: Annotated[str, Path(max_length=MAX_KEY)], request: Request,
+    def forget_message(thread_id: ScopedThread, message_id: Annotated[str, Path(max_length=MAX_KEY)], request: Request,
                        by: Literal["id", "key"] = "id") -> Forgotten:
         """Forget one message, by the id the POST returned or (`?by=key`) by the caller's own id."""
         history = _history(request)
@@ -185,19 +205,38 @@ thread_id, body.request, strategy=body.strategy,
     return api
 
 
-def _bearer(token: str | None):
-    scheme = HTTPBearer(auto_error=False, description="SEMHIST_API_TOKEN, when the server has one")
+_SCHEME = HTTPBearer(auto_error=False, description="SEMHIST_API_TOKEN or a scoped token, when the server has them")
 
-    # async: no I/O, so no trip through the thread pool; a default, not Annotated: the
-    # annotation is a string here and would name a local
-    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> None:
-        if token is None:
-            return  # the server refuses to listen beyond loopback without a token
-        given = credentials.credentials if credentials else ""
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            raise Unauthorized("missing or wrong bearer token (Authorization: Bearer $SEMHIST_API_TOKEN)")
 
-    return check
+# async: no I/O, so no trip through the thread pool; a default, not Annotated: the annotation
+# is a string here and would name a local
+async def _bearer(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_SCHEME)) -> Grant:
+    """The grant of the request's token, kept on the request for the routes' thread checks."""
+    grant = request.app.state.access.grant(credentials.credentials if credentials else None)
+    if grant is None:
+        raise Unauthorized("missing or wrong bearer token (Authorization: Bearer $SEMHIST_API_TOKEN, or a "
+                           "token from SEMHIST_TOKENS_FILE)")
+    request.state.grant = grant
+    return grant
+
+
+def _token_of(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _everything(request: Request) -> None:
+    if not request.state.grant.everything:
+        raise Forbidden("every thread's figures need the operator's token (SEMHIST_API_TOKEN)")
+
+
+def _scoped(thread_id: ThreadId, request: Request) -> str:
+    """A thread id from the path, if the request's token may reach it (403 otherwise)."""
+    return request.state.grant.check(thread_id)
+
+
+# every route with a thread in its path takes it through here
+ScopedThread = Annotated[str, Depends(_scoped)]
 
 
 def _history(request: Request) -> History:

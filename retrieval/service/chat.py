@@ -29,12 +29,13 @@ from semhist import build_thread
 from semhist.kernel.validate import check_request, content_size, resolve_zone
 from semhist.kernel.model import Message, content_text
 from semhist.kernel.settings import Budget, Settings
-from semhist.kernel.ids import check_thread_id, thread_id_for
+from semhist.kernel.ids import check_thread_id
 from semhist.kernel.tokens import count_messages
 
 from semhist import History
 from semhist import get_strategy
 from semhist.kernel.model import StoredMessage, end_with_turn
+from .access import Grant
 from .errors import TooLarge
 
 THREAD_HEADER = "x-semhist-thread"
@@ -56,13 +57,15 @@ class Turn:
     cached_tokens: int | None = None  # of the prompt, what repeats the thread's previous one's start
 
 
-def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
+def thread_of(headers: Mapping[str, str], body: Mapping[str, Any], grant: Grant, secret: bytes) -> str:
+    """The request's thread: the header's id if the token may reach it, else one made from
+    `user` (a keyed digest: a `user` is often an e-mail address or a login)."""
     named = headers.get(THREAD_HEADER)
     if named is not None:
-        return check_thread_id(named)  # the caller chose it: a bad one is refused, not renamed
+        return grant.check(check_thread_id(named))  # the caller chose it: a bad one is refused, not renamed
     user = body.get("user")
     if isinstance(user, str) and user.strip():
-        return thread_id_for(user, prefix="user-")
+        return grant.user_thread(user, secret)
     raise InputError("name the thread: an X-Semhist-Thread header, or the request's `user` field", field="user")
 
 

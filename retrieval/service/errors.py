@@ -31,6 +31,10 @@ class Unauthorized(SemhistError):
     pass
 
 
+class Forbidden(SemhistError):
+    """A valid token asking for a thread outside its prefixes."""
+
+
 class UpstreamError(BackendError):
     """The model behind /v1/chat/completions could not be reached."""
 
@@ -42,6 +46,7 @@ class UpstreamTimeout(UpstreamError):
 # most specific first
 STATUS: list[tuple[type[SemhistError], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
+    (Forbidden, 403, "forbidden"),
     (TooLargeError, TOO_LARGE, "too_large"),
     (NotFoundError, 404, "not_found"),
     (IndexMismatchError, 409, "conflict"),

@@ -70,7 +70,7 @@ def chat_api(settings: Settings) -> APIRouter:
         whole history), get the upstream model's answer; the prompt it saw is semhist's."""
         upstream = upstream_of(settings)  # before anything is stored
         data = body.model_dump(exclude_unset=True)
-        thread = chat.thread_of(request.headers, data)
+        thread = chat.thread_of(request.headers, data, request.state.grant, request.app.state.secret)
         history: History = request.app.state.history
         prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
                                     budget=chat.budget_of(x_semhist_budget), strategy=x_semhist_strategy or "blocks",

@@ -78,8 +78,8 @@ class Forgotten(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
-    threads: int
-    messages: int
+    threads: int | None = None  # the counts: for the operator's token only
+    messages: int | None = None
 
 
 class ErrorBody(BaseModel):
