@@ -177,12 +177,13 @@ class RecordedLLM:
                 self.replies[item["key"]] = item["reply"]
         self.asked, self.cached = 0, False
 
-    def chat(self, messages, *, json_mode=False, json_schema=None, max_tokens=256) -> str:
+    def chat(self, messages, *, json_mode=False, json_schema=None, max_tokens=256, timeout=None) -> str:
         key = hashlib.sha256(json.dumps([self.model, list(messages), json_mode, json_schema, max_tokens],
                                         ensure_ascii=False, sort_keys=True).encode()).hexdigest()
         self.cached = key in self.replies  # a reply from the cache took no model time
         if key not in self.replies:
-            reply = self.inner.chat(messages, json_mode=json_mode, json_schema=json_schema, max_tokens=max_tokens)
+            reply = self.inner.chat(messages, json_mode=json_mode, json_schema=json_schema, max_tokens=max_tokens,
+                                    timeout=timeout)
             self.asked += 1
             self.replies[key] = reply
             with self.path.open("a", encoding="utf-8") as f:

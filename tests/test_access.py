@@ -158,6 +158,8 @@ def test_with_masking_on_an_identifier_with_personal_data_is_refused(tmp_path, c
     history.add_many("t", [{**message, "id": "19:abc@thread.v2"}, {
         "role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
             "name": "lookup_john.doe@example.com", "arguments": "{}"}}]}])
+    history.ask("t", "what was john.doe@example.com's number?")  # the turn log holds the request
+    assert history.log("t")
     history.close()
     stored = b"".join(p.read_bytes() for p in Path(tmp_path).rglob("*") if p.is_file())
     for personal in (b"john.doe", b"090-1234-5678"):

@@ -8,7 +8,7 @@ with `ThreadMemory` on the adapter, which stores the messages.
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
 import time
 from typing import Any
 
@@ -18,16 +18,26 @@ from semhist.kernel.settings import Budget
 from .. import render
 from semhist import History
 from semhist import ANSWER_GUIDANCE, answer_reminder
-from .memory import NO_STORE, thread_id_for
+from .memory import FORGET, NO_STORE, SOURCES, said, thread_id_for
 
-FORGET = re.compile(r"\s*/forget\s*", re.IGNORECASE)
-SOURCES = re.compile(r"\s*/sources\s*", re.IGNORECASE)
+log = logging.getLogger("semhist.agent")
+WELCOME = ("Hello! I keep this conversation's history and answer from it, however long ago something was said. "
+           "Commands: /sources (what my last answer was built from), /forget (forget this conversation).")
 
 
-def _stretch(first: int, last: int, score: float | None, start: str | None, end: str | None) -> str:
-    when = f"{(start or '?')[:16]} .. {(end or '?')[:16]}".replace("T", " ")
+def _from_self(activity: Any) -> bool:
+    sender, bot = activity.from_property, activity.recipient
+    return sender is not None and bot is not None and sender.id == bot.id
+
+
+
+def _stretch(count: int, score: float | None, start: str | None, end: str | None) -> str:
+    """A retrieved stretch as a user can find it in the chat: its dates and its length (store
+    row ids mean nothing there: "messages 27-27" in a 9-message thread)."""
+    first, last = (start or "?")[:16].replace("T", " "), (end or "?")[:16].replace("T", " ")
+    when = first if first == last else f"{first} .. {last[11:] if last[:10] == first[:10] else last}"
     why = "in the named time" if score is None else f"score {score:.2f}"
-    return f"- {when} (messages {first}-{last}, {why})"
+    return f"- {when} ({count} message{'s' if count != 1 else ''}, {why})"
 
 
 def sources_text(head: str, stretches: list[str]) -> str:
@@ -48,17 +58,53 @@ class SemhistAgent:
         self.answer_tokens = answer_tokens or history.settings.answer_tokens
 
     def register(self, app: Any) -> None:
-        """Add the routes to an `AgentApplication` (commands first; every other message is answered)."""
+        """Add the routes to an `AgentApplication` (commands first; every other message is
+        answered), the welcome, and an answer to every invoke (unrouted, the SDK says 501 and
+        Teams shows "Something went wrong")."""
         app.message(FORGET)(self.on_forget)
         app.message(SOURCES)(self.on_sources)
         app.message()(self.on_message)
+        app.conversation_update("membersAdded")(self.on_members_added)
+        app.conversation_update("membersRemoved")(self.on_members_removed)
+        app.activity("invoke")(self.on_invoke)
 
     async def on_message(self, context: Any, state: Any) -> None:
-        text = (context.activity.text or "").strip()
+        activity = context.activity
+        if _from_self(activity):
+            return  # its own message, echoed back by a channel: stored, never answered
+        text = said(activity)
+        if not text and getattr(activity, "value", None):
+            context.turn_state[NO_STORE] = True
+            await context.send_activity("Thanks, noted.")  # a card submission: stored as its values
+            return
         if not text:
+            context.turn_state[NO_STORE] = True  # what the bot says about itself is not history
             await context.send_activity("I can only read text messages.")
             return
-        await context.send_activity(await self.reply(thread_id_for(context.activity.conversation.id), text))
+        answer, answered = await self.reply(thread_id_for(activity.conversation.id), text)
+        if not answered:
+            context.turn_state[NO_STORE] = True
+        await context.send_activity(answer)
+
+    async def on_members_added(self, context: Any, state: Any) -> None:
+        bot = context.activity.recipient
+        if any(m.id == bot.id for m in context.activity.members_added or () if bot is not None):
+            context.turn_state[NO_STORE] = True
+            await context.send_activity(WELCOME)
+
+    async def on_members_removed(self, context: Any, state: Any) -> None:
+        """The bot removed from a conversation: its stored thread stays (retention and `forget`
+        decide when it goes), so that adding the bot again finds the conversation it knew."""
+        bot = context.activity.recipient
+        if any(m.id == bot.id for m in context.activity.members_removed or () if bot is not None):
+            log.info("removed from conversation %s: its thread is kept", thread_id_for(context.activity.conversation.id))
+
+    async def on_invoke(self, context: Any, state: Any) -> None:
+        """Any invoke (a card's Action.Execute, a message extension): 200, nothing to say."""
+        from .host import _sdk
+
+        sdk = _sdk()
+        await context.send_activity(sdk["Activity"](type="invokeResponse", value=sdk["InvokeResponse"](status=200)))
 
     async def on_forget(self, context: Any, state: Any) -> None:
         thread = thread_id_for(context.activity.conversation.id)
@@ -73,6 +119,7 @@ class SemhistAgent:
 
     async def on_sources(self, context: Any, state: Any) -> None:
         thread = thread_id_for(context.activity.conversation.id)
+        context.turn_state[NO_STORE] = True  # about the bot, not the conversation
         try:
             turns = await asyncio.to_thread(self.history.log, thread, 1)
         except SemhistError:
@@ -83,11 +130,12 @@ class SemhistAgent:
         turn = turns[-1]
         await context.send_activity(sources_text(
             f"My last answer (to \"{turn['request'][:80]}\") was built from",
-            [_stretch(*b["block_messages"], b["score"], b.get("start"), b.get("end")) for b in turn["retrieved"]]))
+            [_stretch(b.get("messages") or b["block_messages"][1] - b["block_messages"][0] + 1, b["score"],
+                      b.get("start"), b.get("end")) for b in turn["retrieved"]]))
 
-    async def reply(self, thread: str, text: str) -> str:
-        """The answer to `text`, or an apology saying what failed; never raises, never waits
-        much past `timeout`."""
+    async def reply(self, thread: str, text: str) -> tuple[str, bool]:
+        """The answer to `text` (and True), or an apology saying what failed (and False: not
+        history); never raises, never waits much past `timeout`."""
         start = time.monotonic()
         try:
             # the request's own LLM work (keyword, compaction) counts against the turn's deadline
@@ -96,22 +144,23 @@ class SemhistAgent:
                 system_prompt=self.system_prompt, closing=answer_reminder(text) if self.remind else None),
                 self.timeout * 2)
         except SemhistError as exc:
-            return f"Sorry, I could not read this conversation's history: {exc}"
+            return f"Sorry, I could not read this conversation's history: {exc}", False
         except asyncio.TimeoutError:
-            return f"Sorry, reading this conversation's history took longer than {self.timeout * 2:g} s."
+            return f"Sorry, reading this conversation's history took longer than {self.timeout * 2:g} s.", False
         llm = self.history.parts.llm
         if llm is None:
             found = sources_text("The answer would be built from", [
-                _stretch(b["message_indices"][0], b["message_indices"][-1], b["score"], b["start"], b["end"])
+                _stretch(len(b["message_indices"]), b["score"], b["start"], b["end"])
                 for b in render.ask_dict(result)["retrieved"]])
             return ("I cannot answer: no language model is configured (set OPENAI_BASE_URL and SEMHIST_LLM_MODEL, "
-                    "or the AZURE_OPENAI_* variables).\n" + found)
+                    "or the AZURE_OPENAI_* variables).\n" + found), False
         remaining = max(1.0, self.timeout - (time.monotonic() - start))
         try:
             answer = await asyncio.wait_for(asyncio.to_thread(llm.chat, list(result.prompt.messages),
                                                               max_tokens=self.answer_tokens), remaining)
         except (SemhistError, asyncio.TimeoutError) as exc:
             reason = str(exc) or f"no answer within {self.timeout:g} s"
-            return f"Sorry, the language model did not answer ({reason}). Please try again in a moment."
-        return answer.strip() or "Sorry, the language model returned an empty answer."
+            return f"Sorry, the language model did not answer ({reason}). Please try again in a moment.", False
+        return (answer.strip(), True) if answer.strip() else ("Sorry, the language model returned an empty answer.",
+                                                              False)
 

@@ -25,13 +25,14 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def _sdk():
     try:
         from aiohttp import web
-        from microsoft_agents.activity import load_configuration_from_env
+        from microsoft_agents.activity import Activity, InvokeResponse, load_configuration_from_env
         from microsoft_agents.authentication.msal import MsalConnectionManager
         from microsoft_agents.hosting.aiohttp import CloudAdapter, jwt_authorization_middleware, start_agent_process
         from microsoft_agents.hosting.core import AgentApplication, AgentAuthConfiguration, MemoryStorage, TurnState
     except ImportError as exc:
         raise missing_extra("microsoft-agents-hosting-aiohttp", "teams") from exc
-    return {"web": web, "load_configuration_from_env": load_configuration_from_env,
+    return {"web": web, "load_configuration_from_env": load_configuration_from_env, "Activity": Activity,
+            "InvokeResponse": InvokeResponse,
             "MsalConnectionManager": MsalConnectionManager, "CloudAdapter": CloudAdapter,
             "jwt_authorization_middleware": jwt_authorization_middleware, "start_agent_process": start_agent_process,
             "AgentApplication": AgentApplication, "AgentAuthConfiguration": AgentAuthConfiguration,
@@ -67,6 +68,9 @@ def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, st
     SemhistAgent(history).register(app)
 
     async def messages(request):
+        problem = await _malformed(request)
+        if problem:  # the SDK would answer 500 with a traceback in the log
+            return web.json_response({"error": problem}, status=400)
         return await sdk["start_agent_process"](request, app, adapter)
 
     async def healthz(request):
@@ -93,6 +97,30 @@ def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, st
     web_app.router.add_get("/healthz", healthz)
     web_app.on_cleanup.append(close)
     return web_app
+
+
+async def _malformed(request: Any) -> str | None:
+    """Why the posted activity cannot be read (one line), or None. aiohttp keeps the body, so
+    the SDK reads it again."""
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    # the SDK's validator logs its own traceback before it raises: this is a 400, not an error
+    sdk_log = logging.getLogger("microsoft_agents.activity.activity")
+    level = sdk_log.level
+    sdk_log.setLevel(logging.CRITICAL)
+    try:
+        _sdk()["Activity"].model_validate(body)
+    except ValueError as exc:  # not JSON, or not an activity (pydantic's errors are ValueErrors)
+        errors = getattr(exc, "errors", None)
+        if callable(errors) and errors():
+            first = errors()[0]
+            return f"not an activity: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        return f"not an activity: {exc}"
+    finally:
+        sdk_log.setLevel(level)
+    return None
 
 
 def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -22,22 +23,76 @@ from semhist import History
 
 log = logging.getLogger("semhist.agent")
 
+# the agent's commands: to the bot, not part of the conversation (not stored)
+FORGET = re.compile(r"\s*/forget\s*", re.IGNORECASE)
+SOURCES = re.compile(r"\s*/sources\s*", re.IGNORECASE)
 NO_STORE = "semhist.no_store"  # a handler sets this in turn_state: the replies of this turn are not kept
 SENT = "semhist.sent"  # replies stored so far in this turn
 
 
+_AT = re.compile(r"<at\b[^>]*>(.*?)</at>", re.IGNORECASE | re.DOTALL)
+ADAPTIVE_CARD = "application/vnd.microsoft.card.adaptive"
+FILE_INFO = "application/vnd.microsoft.teams.file.download.info"
+CARD_TEXT_KEYS = ("title", "subtitle", "text", "label", "placeholder", "fallbackText")
+
+
+def said(activity: Any) -> str:
+    """What the user said, as meant: the bot's @mention removed (it addresses the message, it
+    is not part of it), other mentions kept as the names they are."""
+    text = activity.text or ""
+    bot = getattr(getattr(activity, "recipient", None), "id", None)
+    for mention in activity.get_mentions() if hasattr(activity, "get_mentions") else ():
+        if bot and mention.mentioned is not None and mention.mentioned.id == bot:
+            pattern = re.escape(mention.text) if mention.text else rf"<at>{re.escape(mention.mentioned.name or '')}</at>"
+            text = re.sub(pattern, " ", text, flags=re.IGNORECASE)
+    return re.sub(r" {2,}", " ", _AT.sub(r"\1", text)).strip()
+
+
 def _text(activity: Any) -> str:
-    """The message's text, and a line for each attachment (a picture or a file sent without
-    words is still a turn of the conversation). Attachment URLs need the bot's token to fetch,
-    so a model could not read them: they are named, not linked."""
-    lines = [(activity.text or "").strip()]
+    """The message's text, a card submission's values, and a line for each attachment (a
+    picture or a file sent without words is still a turn of the conversation). Attachment URLs
+    need the bot's token to fetch, so a model could not read them: they are named, not linked;
+    an Adaptive Card is kept as its text."""
+    lines = [said(activity)]
+    value = getattr(activity, "value", None)
+    if value and not lines[0]:  # an Action.Submit of a card: what the user filled in or chose
+        lines.append(f"[card submitted: {_values(value)}]")
     for att in getattr(activity, "attachments", None) or ():
         kind = getattr(att, "content_type", None) or "file"
         if kind.startswith("text/html") and lines[0]:
             continue  # Teams repeats the text as HTML
-        name = getattr(att, "name", None)
-        lines.append(f"[attachment {kind}: {name}]" if name else f"[attachment {kind}]")
+        lines.append(_attachment(att, kind))
     return "\n".join(line for line in lines if line)
+
+
+def _attachment(att: Any, kind: str) -> str:
+    name, content = getattr(att, "name", None), getattr(att, "content", None)
+    if kind == ADAPTIVE_CARD and isinstance(content, dict):
+        text = " / ".join(_card_texts(content))
+        return f"[card: {text}]" if text else "[card]"
+    if kind == FILE_INFO and isinstance(content, dict):
+        return f"[file {name or 'unnamed'} ({content.get('fileType') or 'file'})]"
+    return f"[attachment {kind}: {name}]" if name else f"[attachment {kind}]"
+
+
+def _card_texts(node: Any, depth: int = 0) -> list[str]:
+    """The words of an Adaptive Card, in order (bounded: a card is user input too)."""
+    if depth > 20:
+        return []
+    if isinstance(node, list):
+        return [t for item in node[:200] for t in _card_texts(item, depth + 1)]
+    if not isinstance(node, dict):
+        return []
+    texts = [node[k].strip() for k in CARD_TEXT_KEYS if isinstance(node.get(k), str) and node[k].strip()]
+    if node.get("type") == "Fact" and isinstance(node.get("value"), str):
+        texts.append(node["value"])
+    return texts + [t for k, v in node.items() if isinstance(v, (dict, list)) for t in _card_texts(v, depth + 1)]
+
+
+def _values(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items() if k not in ("msteams",))[:2000]
+    return str(value)[:2000]
 
 
 class ThreadMemory:
@@ -53,7 +108,8 @@ class ThreadMemory:
             return
         thread = thread_id_for(activity.conversation.id)
         stamp = activity.timestamp or datetime.now(timezone.utc)
-        await self._store(thread, self._incoming(activity, stamp))
+        if not any(c.fullmatch(said(activity)) for c in (FORGET, SOURCES)):
+            await self._store(thread, self._incoming(activity, stamp))
 
         async def on_send(ctx: Any, activities: list, send_next: Callable[[], Awaitable]):
             sent = await send_next()  # the user first; a reply that could not be sent is not kept as said

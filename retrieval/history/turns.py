@@ -31,7 +31,7 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
     blocks = []
     for r in result.prompt.selection.retrieved:
         first, last = thread.messages[r.message_ids[0]], thread.messages[r.message_ids[-1]]
-        blocks.append({"block_messages": [first.index, last.index],
+        blocks.append({"block_messages": [first.index, last.index], "messages": len(r.message_ids),
                        "score": round(r.score, 4) if r.score is not None else None,
                        "start": first.timestamp.isoformat() if first.timestamp else None,
                        "end": last.timestamp.isoformat() if last.timestamp else None})
