@@ -308,3 +308,26 @@ def test_stats_report_prefix_reuse_and_budget_hits(make_history):
     assert 0.5 < figures["prefix_reuse"] < 1.0
     assert figures["at_budget"] > 0  # the 60-token window prompts are full
     assert figures["over_budget"] == 0
+
+
+def test_an_edit_replaces_the_message_at_its_place_and_the_old_text_is_gone(make_history):
+    from datetime import datetime, timedelta, timezone
+
+    from semhist import Budget
+
+    history = make_history()
+    t = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
+    talks = [("budget", ["Let's fix the offsite budget.", "What amount?", "The budget is 5,000 euros.", "Noted."]),
+             ("hotel", ["Which hotel?", "Aurora or Borealis.", "Aurora then.", "Booked Aurora."]),
+             ("train", ["Train times?", "The 9:10 or the 11:40.", "The 9:10.", "Noted, 9:10."])]
+    history.add_many("t", [{"role": "user" if i % 2 == 0 else "assistant", "content": line, "id": f"{topic}{i}",
+                            "timestamp": (t + timedelta(days=day, minutes=i)).isoformat()}
+                           for day, (topic, lines) in enumerate(talks) for i, line in enumerate(lines)])
+    assert history.edit("t", "nobody", "x") is None
+    new = history.edit("t", "budget2", "The budget is 50,000 euros.")
+    contents = [m.content for m in history.store.messages("t")]
+    assert contents[2] == "The budget is 50,000 euros." and "The budget is 5,000 euros." not in contents
+    assert history.store.id_of("t", "budget2") == new
+    prompt = history.ask("t", "What was the budget amount?", budget=Budget.parse("200")).prompt
+    shown = "\n".join(str(m["content"]) for m in prompt.messages)
+    assert "50,000 euros" in shown and "5,000 euros" not in shown.replace("50,000 euros", "")

@@ -17,17 +17,19 @@ pytestmark = pytest.mark.slow
 CASES = json.loads((Path(__file__).parent / "teams" / "activities.json").read_text(encoding="utf-8"))["cases"]
 
 
-def _activity(case: dict) -> dict:
+def _activity(case: dict, fields: dict) -> dict:
     body = copy.deepcopy(ACTIVITY)
-    body.update(copy.deepcopy(case["activity"]))
     body["id"] = f"act-{case['id']}"
+    body.update(copy.deepcopy(fields))
     body["conversation"]["id"] = f"19:teams-{case['id'].replace('_', '-')}@thread.tacv2"
     return {k: v for k, v in body.items() if v is not None or k == "timestamp"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_each_activity_kind_is_stored_and_answered_as_meant(agent, case):  # noqa: F811
-    body = _activity(case)
+    for before in case.get("before", ()):  # the messages an edit or a delete is about
+        assert httpx.post(agent.url + "/api/messages", json=_activity(case, before), timeout=60).status_code == 200
+    body = _activity(case, case["activity"])
     answer = httpx.post(agent.url + "/api/messages", json=body, timeout=60)
     assert answer.status_code == case.get("status", 200), answer.text
     if answer.status_code == 400:

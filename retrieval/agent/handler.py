@@ -10,19 +10,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime, timezone
 from typing import Any
 
-from semhist.kernel.errors import SemhistError
+from semhist.kernel.errors import NotFoundError, SemhistError
 from semhist.kernel.settings import Budget
 
 from .. import render
 from semhist import History
 from semhist import ANSWER_GUIDANCE, answer_reminder
-from .memory import FORGET, NO_STORE, SOURCES, said, thread_id_for
+from .memory import FORGET, NO_STORE, SOURCES, ThreadMemory, activity_text, said, thread_id_for
 
 log = logging.getLogger("semhist.agent")
 WELCOME = ("Hello! I keep this conversation's history and answer from it, however long ago something was said. "
            "Commands: /sources (what my last answer was built from), /forget (forget this conversation).")
+
+
+def _event_type(activity: Any) -> str | None:
+    data = activity.channel_data
+    if data is None:
+        return None
+    get = data.get if isinstance(data, dict) else (lambda k: getattr(data, k, None))
+    return get("eventType") or get("event_type")
 
 
 def _from_self(activity: Any) -> bool:
@@ -64,6 +73,10 @@ class SemhistAgent:
         app.message(FORGET)(self.on_forget)
         app.message(SOURCES)(self.on_sources)
         app.message()(self.on_message)
+        # by activity type: the SDK's message_update selector reads channel_data["event_type"],
+        # while Teams sends channelData.eventType
+        app.activity("messageUpdate")(self.on_update)
+        app.activity("messageDelete")(self.on_delete)
         app.conversation_update("membersAdded")(self.on_members_added)
         app.conversation_update("membersRemoved")(self.on_members_removed)
         app.activity("invoke")(self.on_invoke)
@@ -85,6 +98,33 @@ class SemhistAgent:
         if not answered:
             context.turn_state[NO_STORE] = True
         await context.send_activity(answer)
+
+    async def on_update(self, context: Any, state: Any) -> None:
+        """An edit (or an undelete) replaces the stored message at its place in time: the old
+        text is forgotten and never retrieved again. A message never stored (sent before the
+        bot joined, or deleted before) is stored now."""
+        activity = context.activity
+        if _event_type(activity) not in ("editMessage", "undeleteMessage") or not activity.id:
+            return
+        thread, text = thread_id_for(activity.conversation.id), activity_text(activity)
+        try:
+            if text and await asyncio.to_thread(self.history.edit, thread, activity.id, text) is None:
+                await asyncio.to_thread(self.history.add_many, thread, [ThreadMemory.incoming(
+                    activity, activity.timestamp or datetime.now(timezone.utc))])
+        except SemhistError as exc:
+            log.warning("%s: could not apply the edit of message %s: %s", thread, activity.id, exc)
+
+    async def on_delete(self, context: Any, state: Any) -> None:
+        """A deleted message is forgotten at once (text, vectors, blocks, statements quoting it)."""
+        activity = context.activity
+        thread = thread_id_for(activity.conversation.id)
+        try:
+            gone = await asyncio.to_thread(self.history.store.id_of, thread, activity.id)
+            await asyncio.to_thread(self.history.forget, thread, ids=[gone])
+        except NotFoundError:
+            return  # never stored, or forgotten already
+        except SemhistError as exc:
+            log.warning("%s: could not forget deleted message %s: %s", thread, activity.id, exc)
 
     async def on_members_added(self, context: Any, state: Any) -> None:
         bot = context.activity.recipient

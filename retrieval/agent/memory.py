@@ -48,7 +48,7 @@ def said(activity: Any) -> str:
     return re.sub(r" {2,}", " ", _AT.sub(r"\1", text)).strip()
 
 
-def _text(activity: Any) -> str:
+def activity_text(activity: Any) -> str:
     """The message's text, a card submission's values, and a line for each attachment (a
     picture or a file sent without words is still a turn of the conversation). Attachment URLs
     need the bot's token to fetch, so a model could not read them: they are named, not linked;
@@ -109,12 +109,12 @@ class ThreadMemory:
         thread = thread_id_for(activity.conversation.id)
         stamp = activity.timestamp or datetime.now(timezone.utc)
         if not any(c.fullmatch(said(activity)) for c in (FORGET, SOURCES)):
-            await self._store(thread, self._incoming(activity, stamp))
+            await self._store(thread, self.incoming(activity, stamp))
 
         async def on_send(ctx: Any, activities: list, send_next: Callable[[], Awaitable]):
             sent = await send_next()  # the user first; a reply that could not be sent is not kept as said
             if not ctx.turn_state.get(NO_STORE):
-                for reply in (a for a in activities if a.type == "message" and _text(a)):
+                for reply in (a for a in activities if a.type == "message" and activity_text(a)):
                     n = ctx.turn_state.get(SENT, 0)
                     ctx.turn_state[SENT] = n + 1
                     await self._store(thread, self._outgoing(reply, activity, stamp, n))
@@ -124,10 +124,11 @@ class ThreadMemory:
         await logic(context)
 
     @staticmethod
-    def _incoming(activity: Any, stamp: datetime) -> dict[str, Any]:
+    def incoming(activity: Any, stamp: datetime) -> dict[str, Any]:
+        """An incoming activity as the message to store."""
         sender, bot = activity.from_property, activity.recipient
         from_bot = sender is not None and bot is not None and sender.id == bot.id
-        return {"role": "assistant" if from_bot else "user", "content": _text(activity),
+        return {"role": "assistant" if from_bot else "user", "content": activity_text(activity),
                 "name": sender.name if sender is not None and sender.name else None,
                 "id": activity.id, "timestamp": stamp.isoformat()}
 
@@ -137,7 +138,7 @@ class ThreadMemory:
         when = max(datetime.now(timezone.utc), stamp + timedelta(milliseconds=1 + n))
         key = f"{incoming.id}:reply:{n}" if incoming.id else None  # a redelivered turn stores its reply once
         sender = reply.from_property
-        return {"role": "assistant", "content": _text(reply), "id": key, "timestamp": when.isoformat(),
+        return {"role": "assistant", "content": activity_text(reply), "id": key, "timestamp": when.isoformat(),
                 "name": sender.name if sender is not None and sender.name else None}
 
     async def _store(self, thread: str, message: dict[str, Any]) -> None:

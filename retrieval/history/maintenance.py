@@ -1,4 +1,4 @@
-"""Forgetting, retention and re-embedding of stored threads."""
+"""Forgetting, editing, retention and re-embedding of stored threads."""
 
 from __future__ import annotations
 
@@ -38,6 +38,27 @@ class Maintenance:
             if not whole and self.store.count(thread_id):
                 self.store.resegment(thread_id, self.parts.ingestor.segment_tail)
         return len(gone)
+
+    def edit(self: Any, thread_id: str, key: str, content: str, *, name: str | None = None) -> int | None:
+        """Replace the message stored under the caller's `key` (a Teams edit, or an undelete
+        that restores it) by `content`, at the same place in time: the old text is forgotten
+        like any forgotten message (text, vectors, blocks, statements quoting it), the new one
+        stored and searched from the next ask. Returns the new message's id; None when no
+        message has that key (stored nothing: a caller that wants it stored adds it)."""
+        check_thread_id(thread_id)
+        try:
+            old_id = self.store.id_of(thread_id, key)
+        except NotFoundError:
+            return None
+        old = self.store.messages(thread_id, ids=[old_id])[0]
+        self.forget(thread_id, ids=[old_id])
+        stamp = old.timestamp.isoformat() if old.timestamp else None
+        new = self.add_many(thread_id, [{"role": old.role, "content": content, "name": name or old.name,
+                                         "id": key, "timestamp": stamp}]).every_id[0]
+        # stored at its old time among later messages: the blocks are made again around it
+        self.store.resegment(thread_id, self.parts.ingestor.segment_tail)
+        self._purge(thread_id, [])
+        return new
 
     def _purge(self: Any, thread_id: str, gone: list[StoredMessage]) -> None:
         entry = self.parts.states.discard(thread_id)
