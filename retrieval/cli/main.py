@@ -47,6 +47,18 @@ def cmd_llm_server(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+AGENT_LOCALLY = """try it locally (no Azure registration, 127.0.0.1 only):
+  semhist agent --anonymous
+  # the Microsoft 365 Agents Playground (npm install -g @microsoft/m365agentsplayground),
+  # started with `agentsplayground` and pointed at http://127.0.0.1:3978/api/messages, or any
+  # client that posts Activity JSON; with "deliveryMode": "expectReplies" the replies come back
+  # in the response:
+  curl -s localhost:3978/api/messages -H 'content-type: application/json' -d '{"type": "message",
+    "id": "1", "channelId": "msteams", "serviceUrl": "http://localhost", "deliveryMode": "expectReplies",
+    "from": {"id": "29:me", "name": "Me"}, "recipient": {"id": "28:bot", "name": "semhist"},
+    "conversation": {"id": "19:test@thread.v2"}, "text": "hello"}'"""
+
+
 def _command(sub, name: str, handler: Handler, groups: tuple[str, ...], **kwargs) -> argparse.ArgumentParser:
     p = sub.add_parser(name, **kwargs)
     p.set_defaults(func=handler, groups=groups)
@@ -166,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action="store_true", help="log every request")
 
     p = _command(sub, "agent", serving.cmd_agent, ASKING,
-                 help="a Teams agent (Microsoft 365 Agents SDK) that remembers its threads (extra semhist[teams])")
+                 help="a Teams agent (Microsoft 365 Agents SDK) that remembers its threads (extra semhist[teams])",
+                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=AGENT_LOCALLY)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=3978)
     p.add_argument("--anonymous", action="store_true", help="accept unauthenticated requests (local development "
