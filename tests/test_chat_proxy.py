@@ -94,6 +94,18 @@ def test_a_streamed_reply_is_read_whatever_the_chunk_boundaries():
     assert len(keys) == 1 and keys.pop().startswith("chatcmpl-7:")
 
 
+def test_a_streams_usage_chunk_gives_the_providers_cached_tokens():
+    usage = {"id": "chatcmpl-7", "object": "chat.completion.chunk", "choices": [],
+             "usage": {"prompt_tokens": 2000, "completion_tokens": 5,
+                       "prompt_tokens_details": {"cached_tokens": 1792}}}
+    reader = StreamReply()
+    reader.feed(sse(chunk({"role": "assistant", "content": "ok"}), chunk({}, "stop"), usage))
+    assert reader.cached == 1792 and reader.message()["content"] == "ok"
+    plain = StreamReply()
+    plain.feed(sse(chunk({"content": "ok"}, "stop")))
+    assert plain.cached is None  # no usage asked for: nothing estimated here
+
+
 def test_a_reply_is_only_what_the_model_said():
     ok = reply_of(b'{"id": "c1", "choices": [{"message": {"role": "assistant", "content": "ok"}}]}')
     assert {k: v for k, v in ok.items() if k != "id"} == {"role": "assistant", "content": "ok"}

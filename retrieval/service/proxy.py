@@ -143,6 +143,8 @@ class Forward:
                 yield chunk
             if not stored:
                 await self._store(reader.message())
+            if reader.cached is not None:
+                metrics().upstream_cached.inc(reader.cached)
         except Exception as exc:  # the client's SDK raises on an error event instead of ending quietly
             log.warning("%s: the upstream stream broke off: %s: %s", self.turn.thread_id, type(exc).__name__, exc)
             event = {"error": {"type": "upstream_unavailable", "message": f"the upstream stream broke off: "

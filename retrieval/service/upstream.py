@@ -116,6 +116,9 @@ class StreamReply:
         self._calls: dict[int, dict[str, Any]] = {}
         self.response_id: str | None = None
         self.done = False  # the stream said [DONE] or gave a finish_reason
+        # what the provider read from its prompt cache: in the usage chunk a stream ends with
+        # when the client asked for it (stream_options.include_usage)
+        self.cached: int | None = None
 
     def feed(self, chunk: bytes) -> bool:
         """Take the next bytes; True when they hold the end of the stream (data: [DONE])."""
@@ -140,6 +143,8 @@ class StreamReply:
             return
         if isinstance(event.get("id"), str):
             self.response_id = event["id"]
+        if isinstance(event.get("usage"), dict):
+            self.cached = cached_of(json.dumps({"usage": event["usage"]}).encode())
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             return
         delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
