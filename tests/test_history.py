@@ -331,3 +331,22 @@ def test_an_edit_replaces_the_message_at_its_place_and_the_old_text_is_gone(make
     prompt = history.ask("t", "What was the budget amount?", budget=Budget.parse("200")).prompt
     shown = "\n".join(str(m["content"]) for m in prompt.messages)
     assert "50,000 euros" in shown and "5,000 euros" not in shown.replace("50,000 euros", "")
+
+
+@pytest.mark.parametrize("skew", [-30, 0, 30])  # the Teams timestamps behind, with or ahead of ours
+@pytest.mark.parametrize("burst", [2, 5])
+def test_a_burst_keeps_the_request_once_and_what_came_after_it_after_it(make_history, burst, skew):
+    from datetime import datetime, timedelta, timezone
+
+    history = make_history()
+    t = datetime.now(timezone.utc) - timedelta(hours=1)
+    history.add_many("b", [{"role": "user", "content": "hello", "timestamp": t.isoformat()},
+                           {"role": "assistant", "content": "hi", "timestamp": (t + timedelta(seconds=5)).isoformat()}])
+    said = [f"part {i} of what I meant" for i in range(burst)]
+    now = datetime.now(timezone.utc) + timedelta(seconds=skew)
+    for i, text in enumerate(said):  # 0.5-2 s apart, stored before any answer
+        history.add("b", "user", text, timestamp=now + timedelta(seconds=0.5 + 1.5 * i / burst), key=f"k{i}")
+    for i, request in enumerate(said):  # each ask, as a bot answering in order (or a parallel one)
+        sent = [m["content"] for m in history.ask("b", request).prompt.messages if m["role"] == "user"]
+        assert sent.count(request) == 1, sent
+        assert sent[sent.index(request):] == said[i:], sent  # nothing stored after it is placed before it

@@ -164,28 +164,43 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     return out, notes
 
 
+# A burst: user messages stored one after another with no reply between (a Teams user types
+# three short lines). The request may be any of them; those after it stay after it.
+BURST = 8
+
+
 def _stored_request(turns: list[dict[str, Any]], request: str, as_stored: str | None) -> int | None:
     """Where the request already is among the recent turns. A bot that stores the user's
     message before it asks has it as its last turn (masked, in a masked thread: the model is
-    sent it as the user wrote it); an agent in a tool loop has its tool calls and results after
-    it, and the prompt must end with those, not with the request again."""
+    sent it as the user wrote it), or among the last few when more arrived meanwhile (a burst,
+    a parallel request): then it stays where it was, once, and what came after it stays after
+    it. An agent in a tool loop has its tool calls and results after it, and the prompt must
+    end with those, not with the request again."""
     at = len(turns) - 1
     while at >= 0 and (turns[at]["role"] in ("tool", "system")
                        or (turns[at]["role"] == "assistant" and turns[at].get("tool_calls"))):
         at -= 1
-    if at >= 0 and turns[at]["role"] == "user" and content_text(turns[at].get("content")) in (request, as_stored):
-        return at
+    for at in range(at, max(at - BURST, -1), -1):
+        if turns[at]["role"] != "user":
+            return None
+        if content_text(turns[at].get("content")) in (request, as_stored):
+            return at
     return None
 
 
 def stored_position(thread: Thread, positions: Sequence[int], request: str, as_stored: str | None) -> int | None:
     """The position of the stored request among `positions` (as `_stored_request` finds it
     among the prompt's turns), if it is stored."""
+    burst = 0
     for p in sorted(positions, reverse=True):
         m = thread.messages[p]
-        if m.role in ("tool", "system") or (m.role == "assistant" and m.tool_calls):
+        if burst == 0 and (m.role in ("tool", "system") or (m.role == "assistant" and m.tool_calls)):
             continue
-        return p if m.role == "user" and neutral(content_text(m.content)) in (request, as_stored) else None
+        if m.role != "user" or burst == BURST:
+            return None
+        if neutral(content_text(m.content)) in (request, as_stored):
+            return p
+        burst += 1
     return None
 
 
