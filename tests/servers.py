@@ -216,3 +216,37 @@ class Recorder:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Connector:
+    """A local stand-in for the Teams connector: the endpoint the Agents SDK posts an agent's
+    replies to (the activity's serviceUrl). Keeps every activity it is sent, in order."""
+
+    def __init__(self):
+        self.activities: list[dict] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                outer.activities.append({"path": self.path, **json.loads(body or b"{}")})
+                answer = json.dumps({"id": f"sent-{len(outer.activities)}"}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_PUT = do_POST
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -164,3 +164,11 @@ def test_with_masking_on_an_identifier_with_personal_data_is_refused(tmp_path, c
     stored = b"".join(p.read_bytes() for p in Path(tmp_path).rglob("*") if p.is_file())
     for personal in (b"john.doe", b"090-1234-5678"):
         assert personal not in stored
+
+
+def test_scoped_tokens_alone_are_authentication_enough_to_listen_beyond_loopback():
+    from semhist.service.run import check_exposure
+
+    check_exposure("0.0.0.0", _settings(SEMHIST_TOKENS=json.dumps(TOKENS)))
+    with pytest.raises(ConfigError, match="without authentication"):
+        check_exposure("0.0.0.0", _settings())

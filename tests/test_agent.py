@@ -17,7 +17,7 @@ from semhist.kernel.settings import Settings
 from semhist.indexers.store import open_store
 from semhist.pipeline.asker import ANSWER_GUIDANCE, ANSWER_REMINDER
 
-from .conftest import RAMEN_REQUEST, SAMPLES
+from .conftest import RAMEN_REQUEST, SAMPLES, wait_for
 from .servers import BadLLM, Process, Recorder
 
 pytestmark = pytest.mark.slow
@@ -188,3 +188,74 @@ def test_it_answers_with_the_local_llm(tmp_path, cache_dir, llm_env):
     facts = json.loads((SAMPLES / "answer_facts.json").read_text(encoding="utf-8"))["ramen.json"]["facts"]
     named = [name for name, spellings in facts.items() if any(s in reply for s in spellings)]
     assert len(named) >= 3, (named, reply)  # 6 of 8 measured (benchmarks/answers.md); a small model varies
+
+
+@pytest.mark.llm
+def test_a_one_to_one_chat_gets_the_answer_streamed_and_stored_once(tmp_path, cache_dir, llm_env):
+    from .servers import Connector
+
+    conv = "a:1stream-personal"
+    from semhist import History
+
+    settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
+    history = History(settings, llm=None)
+    history.ingest(conv, load(SAMPLES / "ramen.json").only())
+    history.close()
+    connector = Connector()
+    server = start_agent(tmp_path, cache_dir, {**llm_env, "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local",
+                                               "SEMHIST_ANSWER_TOKENS": "48"})
+    body = activity(RAMEN_REQUEST, "1722211600000", conv, timestamp="2025-08-12T12:00:00Z", serviceUrl=connector.url)
+    body["conversation"]["conversationType"] = "personal"
+    body.pop("deliveryMode")  # replies go to the connector, as in Teams
+    try:
+        assert httpx.post(server.url + "/api/messages", json=body, timeout=600).status_code in (200, 202)
+        assert wait_for(lambda: any(a["type"] == "message" for a in connector.activities), 60)
+    finally:
+        server.stop()
+        connector.close()
+    sent = connector.activities
+    kinds = [(a["type"], next((e.get("streamType") for e in a.get("entities") or () if e.get("type") == "streaminfo"),
+                              None)) for a in sent]
+    assert kinds[0] == ("typing", "informative"), kinds  # at once, before the model is asked
+    assert ("typing", "streaming") in kinds and kinds[-1] == ("message", "final"), kinds
+    final = sent[-1]["text"]
+    assert final.strip() and not final.startswith("Sorry"), final
+    streamed = [a["text"] for a in sent if a["type"] == "typing" and a.get("text")][1:]
+    assert all(final.startswith(t.rstrip("…")) or t in final for t in streamed)  # chunks are the answer so far
+    replies = [m for m in stored(server, conv) if m.role == "assistant" and m.content == final]
+    assert len(replies) == 1  # the answer is stored once; the chunks are not messages
+
+
+@pytest.mark.llm
+def test_a_group_chat_gets_typing_an_ack_and_the_answer_later_stored_once(tmp_path, cache_dir, llm_env):
+    from .servers import Connector
+
+    conv = "19:proactive-group@thread.v2"
+    from semhist import History
+
+    settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
+    history = History(settings, llm=None)
+    history.ingest(conv, load(SAMPLES / "ramen.json").only())
+    history.close()
+    connector = Connector()
+    server = start_agent(tmp_path, cache_dir, {**llm_env, "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local",
+                                               "SEMHIST_ANSWER_TOKENS": "48"})
+    body = activity(RAMEN_REQUEST, "1722211700000", conv, timestamp="2025-08-12T12:00:00Z", serviceUrl=connector.url)
+    body["conversation"]["conversationType"] = "groupChat"
+    body.pop("deliveryMode")
+    try:
+        began = time.monotonic()
+        assert httpx.post(server.url + "/api/messages", json=body, timeout=60).status_code in (200, 202)
+        turn = time.monotonic() - began
+        assert wait_for(lambda: sum(a["type"] == "message" for a in connector.activities) >= 2, 600)
+    finally:
+        server.stop()
+        connector.close()
+    # the packaged model takes longer than Teams waits: the turn ends with an acknowledgement
+    assert turn < 15, turn
+    kinds = [a["type"] for a in connector.activities]
+    assert kinds[:3] == ["typing", "message", "message"], kinds
+    ack, answer = connector.activities[1]["text"], connector.activities[2]["text"]
+    assert ack.startswith("Working on it") and answer.strip() and not answer.startswith("Sorry"), (ack, answer)
+    mine = [m.content for m in stored(server, conv) if m.role == "assistant"]
+    assert mine.count(answer) == 1 and not any(c.startswith("Working on it") for c in mine)

@@ -10,9 +10,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .test_agent import ACTIVITY, agent, stored  # noqa: F401 (agent: the fixture)
+from .test_agent import ACTIVITY, start_agent, stored
 
 pytestmark = pytest.mark.slow
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory, cache_dir):
+    server = start_agent(tmp_path_factory.mktemp("teams"), cache_dir)
+    yield server
+    server.stop()
+
 
 CASES = json.loads((Path(__file__).parent / "teams" / "activities.json").read_text(encoding="utf-8"))["cases"]
 
@@ -26,7 +33,7 @@ def _activity(case: dict, fields: dict) -> dict:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_each_activity_kind_is_stored_and_answered_as_meant(agent, case):  # noqa: F811
+def test_each_activity_kind_is_stored_and_answered_as_meant(agent, case):
     for before in case.get("before", ()):  # the messages an edit or a delete is about
         assert httpx.post(agent.url + "/api/messages", json=_activity(case, before), timeout=60).status_code == 200
     body = _activity(case, case["activity"])
@@ -43,3 +50,7 @@ def test_each_activity_kind_is_stored_and_answered_as_meant(agent, case):  # noq
     thread = body["conversation"]["id"]
     assert [f"{m.role}: {m.content}" for m in stored(agent, thread)] == case["stored"]
     assert "Traceback" not in agent.output()
+
+
+def test_the_agents_health_probe_says_only_ok(agent):
+    assert httpx.get(agent.url + "/healthz", timeout=30).json() == {"status": "ok"}

@@ -19,6 +19,7 @@ from semhist.kernel.settings import Budget
 from .. import render
 from semhist import History
 from semhist import ANSWER_GUIDANCE, answer_reminder
+from .streaming import replies_later, reply_in_time, stream_reply, streams
 from .memory import FORGET, NO_STORE, SOURCES, ThreadMemory, activity_text, said, thread_id_for
 
 log = logging.getLogger("semhist.agent")
@@ -57,8 +58,11 @@ def sources_text(head: str, stretches: list[str]) -> str:
 
 class SemhistAgent:
     def __init__(self, history: History, *, strategy: str = "blocks", budget: Budget | None = None,
-                 system_prompt: str | None = None, timeout: float | None = None, answer_tokens: int | None = None):
-        self.history, self.strategy, self.budget = history, strategy, budget
+                 system_prompt: str | None = None, timeout: float | None = None, answer_tokens: int | None = None,
+                 app_id: str = ""):
+        """`app_id`: the Azure Bot registration's client id, which proactive answers are sent as
+        ("" without one: local development)."""
+        self.history, self.strategy, self.budget, self.app_id = history, strategy, budget, app_id
         self.system_prompt = system_prompt or history.settings.system_prompt or ANSWER_GUIDANCE
         # semhist's guidance comes with its reminder before the request, as in `ask --answer`;
         # an operator's own system prompt is left to stand alone
@@ -94,7 +98,14 @@ class SemhistAgent:
             context.turn_state[NO_STORE] = True  # what the bot says about itself is not history
             await context.send_activity("I can only read text messages.")
             return
-        answer, answered = await self.reply(thread_id_for(activity.conversation.id), text)
+        thread = thread_id_for(activity.conversation.id)
+        if streams(activity):  # a Teams 1:1 chat: the answer as the model writes it
+            await stream_reply(self, context, thread, text)
+            return
+        if replies_later(activity):  # a group chat or channel: typing, then the answer or an ack
+            await reply_in_time(self, context, thread, text, self.app_id)
+            return
+        answer, answered = await self.reply(thread, text)
         if not answered:
             context.turn_state[NO_STORE] = True
         await context.send_activity(answer)
@@ -177,6 +188,20 @@ class SemhistAgent:
         """The answer to `text` (and True), or an apology saying what failed (and False: not
         history); never raises, never waits much past `timeout`."""
         start = time.monotonic()
+        prompt = await self.prompt(thread, text)
+        if isinstance(prompt, str):
+            return prompt, False
+        remaining = max(1.0, self.timeout - (time.monotonic() - start))
+        try:
+            answer = await asyncio.wait_for(asyncio.to_thread(self.history.parts.llm.chat, list(prompt.messages),
+                                                              max_tokens=self.answer_tokens), remaining)
+        except (SemhistError, asyncio.TimeoutError) as exc:
+            return self.no_answer(exc), False
+        return (answer.strip(), True) if answer.strip() else (EMPTY_ANSWER, False)
+
+    async def prompt(self, thread: str, text: str) -> Any:
+        """The prompt for `text` (semhist's `Prompt`), or an apology (a str) saying why there is
+        none: the history could not be read in time, or no language model is configured."""
         try:
             # the request's own LLM work (keyword, compaction) counts against the turn's deadline
             result = await asyncio.wait_for(asyncio.to_thread(
@@ -184,23 +209,20 @@ class SemhistAgent:
                 system_prompt=self.system_prompt, closing=answer_reminder(text) if self.remind else None),
                 self.timeout * 2)
         except SemhistError as exc:
-            return f"Sorry, I could not read this conversation's history: {exc}", False
+            return f"Sorry, I could not read this conversation's history: {exc}"
         except asyncio.TimeoutError:
-            return f"Sorry, reading this conversation's history took longer than {self.timeout * 2:g} s.", False
-        llm = self.history.parts.llm
-        if llm is None:
+            return f"Sorry, reading this conversation's history took longer than {self.timeout * 2:g} s."
+        if self.history.parts.llm is None:
             found = sources_text("The answer would be built from", [
                 _stretch(len(b["message_indices"]), b["score"], b["start"], b["end"])
                 for b in render.ask_dict(result)["retrieved"]])
             return ("I cannot answer: no language model is configured (set OPENAI_BASE_URL and SEMHIST_LLM_MODEL, "
-                    "or the AZURE_OPENAI_* variables).\n" + found), False
-        remaining = max(1.0, self.timeout - (time.monotonic() - start))
-        try:
-            answer = await asyncio.wait_for(asyncio.to_thread(llm.chat, list(result.prompt.messages),
-                                                              max_tokens=self.answer_tokens), remaining)
-        except (SemhistError, asyncio.TimeoutError) as exc:
-            reason = str(exc) or f"no answer within {self.timeout:g} s"
-            return f"Sorry, the language model did not answer ({reason}). Please try again in a moment.", False
-        return (answer.strip(), True) if answer.strip() else ("Sorry, the language model returned an empty answer.",
-                                                              False)
+                    "or the AZURE_OPENAI_* variables).\n" + found)
+        return result.prompt
 
+    def no_answer(self, exc: BaseException) -> str:
+        reason = str(exc) or f"no answer within {self.timeout:g} s"
+        return f"Sorry, the language model did not answer ({reason}). Please try again in a moment."
+
+
+EMPTY_ANSWER = "Sorry, the language model returned an empty answer."

@@ -29,6 +29,7 @@ def _sdk():
         from microsoft_agents.authentication.msal import MsalConnectionManager
         from microsoft_agents.hosting.aiohttp import CloudAdapter, jwt_authorization_middleware, start_agent_process
         from microsoft_agents.hosting.core import AgentApplication, AgentAuthConfiguration, MemoryStorage, TurnState
+        from microsoft_agents.hosting.core.authorization import ClaimsIdentity
     except ImportError as exc:
         raise missing_extra("microsoft-agents-hosting-aiohttp", "teams") from exc
     return {"web": web, "load_configuration_from_env": load_configuration_from_env, "Activity": Activity,
@@ -36,7 +37,7 @@ def _sdk():
             "MsalConnectionManager": MsalConnectionManager, "CloudAdapter": CloudAdapter,
             "jwt_authorization_middleware": jwt_authorization_middleware, "start_agent_process": start_agent_process,
             "AgentApplication": AgentApplication, "AgentAuthConfiguration": AgentAuthConfiguration,
-            "MemoryStorage": MemoryStorage, "TurnState": TurnState}
+            "MemoryStorage": MemoryStorage, "TurnState": TurnState, "ClaimsIdentity": ClaimsIdentity}
 
 
 def connections(env: Mapping[str, str], anonymous: bool) -> Any:
@@ -65,7 +66,8 @@ def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, st
     # The SDK's conversation state is not used: the store is the conversation's memory.
     app = sdk["AgentApplication"][sdk["TurnState"]](storage=sdk["MemoryStorage"](), connection_manager=conns,
                                                     start_typing_timer=False, **config)
-    SemhistAgent(history).register(app)
+    service = config.get("CONNECTIONS", {}).get("SERVICE_CONNECTION", {}).get("SETTINGS", {})
+    SemhistAgent(history, app_id=service.get("CLIENTID", "")).register(app)
 
     async def messages(request):
         problem = await _malformed(request)
@@ -77,10 +79,11 @@ def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, st
         import asyncio
 
         try:
-            threads, stored = await asyncio.to_thread(history.store.totals)
+            await asyncio.to_thread(history.store.totals)  # the store answers
         except SemhistError as exc:
             return web.json_response({"status": "unavailable", "error": str(exc)}, status=503)
-        return web.json_response({"status": "ok", "threads": threads, "messages": stored})
+        # no counts: the probe is open to anyone who can reach the agent (docs/guides/security.md)
+        return web.json_response({"status": "ok"})
 
     async def close(_app):
         history.close()

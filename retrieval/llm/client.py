@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from semhist.kernel.errors import BackendError, ConfigError
@@ -56,6 +56,25 @@ class OpenAIChat:
         except (openai.OpenAIError, ValueError) as exc:
             raise BackendError(f"LLM call to {self.model} failed: {type(exc).__name__}: {exc}") from exc
         return _reply_text(reply, self.model)
+
+
+    def stream(self, messages: Sequence[dict[str, Any]], *, max_tokens: int = 256,
+               timeout: float | None = None) -> Iterator[str]:
+        """The reply's text as the model writes it (pieces in order)."""
+        import openai
+
+        kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages), "temperature": 0,
+                                  "max_tokens": max_tokens, "stream": True}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        try:
+            for chunk in self._client.chat.completions.create(**kwargs):
+                choices = getattr(chunk, "choices", None) or []
+                delta = getattr(choices[0], "delta", None) if choices else None
+                if delta is not None and isinstance(getattr(delta, "content", None), str) and delta.content:
+                    yield delta.content
+        except (openai.OpenAIError, ValueError) as exc:
+            raise BackendError(f"LLM call to {self.model} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _reply_text(reply: Any, model: str) -> str:

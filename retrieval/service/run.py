@@ -20,8 +20,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def check_exposure(host: str, settings: Settings, what: str = "SEMHIST_API_TOKEN") -> None:
-    """Without a token the server is for this machine only, and says so."""
-    if settings.api_token:
+    """Without a token (the operator's or scoped ones) the server is for this machine only,
+    and says so."""
+    if settings.api_token or settings.tokens or settings.tokens_file:
         return
     if host not in LOOPBACK:
         raise ConfigError(f"refusing to listen on {host} without authentication: set {what}, or bind to 127.0.0.1")
