@@ -205,7 +205,26 @@ def chat_through_service(service: Server, db: str | None) -> None:
           f"thread stored: 2 messages in {'PostgreSQL' if db else 'SQLite'})", flush=True)
 
 
-def teams_activity(agent: Server, connector: ConnectorStandIn) -> None:
+def wait_until(check, seconds: float):
+    deadline = time.monotonic() + seconds
+    while True:
+        found = check()
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _stored_messages(path: Path) -> int | None:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            return conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    except sqlite3.Error:
+        return None
+
+
+def teams_activity(agent: Server, connector: ConnectorStandIn, data_dir: Path) -> None:
     """One Teams message activity; the agent answers through the activity's serviceUrl."""
     conversation = "19:smoke@thread.tacv2;messageid=1"
     activity = {
@@ -219,13 +238,19 @@ def teams_activity(agent: Server, connector: ConnectorStandIn) -> None:
     status, body = post_json(agent.url + "/api/messages", activity, timeout=ANSWER)
     if status not in (200, 201, 202):
         raise SmokeFailure(f"POST /api/messages answered {status}: {body[:300]!r} (agent log: {agent.last_line()})")
-    replies = [a for a in connector.sent if a.get("type") == "message"]
-    if not replies or not replies[0].get("text"):
-        raise SmokeFailure(f"the agent sent no reply to the serviceUrl (got {connector.sent[:2]}; "
+    # in a channel the answer comes in the turn, or after an acknowledgement as a proactive message
+    answers = wait_until(lambda: [a for a in connector.sent if a.get("type") == "message" and a.get("text")
+                                  and not a["text"].startswith("Working on it")], ANSWER)
+    if not answers:
+        raise SmokeFailure(f"the agent sent no answer to the serviceUrl (got {connector.sent[:3]}; "
                            f"agent log: {agent.last_line()})")
-    health = get_json(agent.url + "/healthz")
-    if health.get("messages") != 2:
-        raise SmokeFailure(f"the agent's store should hold the activity and the reply (2 messages): {health}")
+    replies = answers
+    # the store holds the activity and the answer (an acknowledgement is not history); /healthz
+    # gives no counts, so the store's file is read
+    stored = wait_until(lambda: _stored_messages(data_dir / "semhist.sqlite3") == 2, 30)
+    if not stored:
+        raise SmokeFailure(f"the agent's store should hold the activity and the answer (2 messages): "
+                           f"{_stored_messages(data_dir / 'semhist.sqlite3')}")
     print(f"Teams activity through semhist agent: ok (reply {replies[0]['text'][:60]!r}, stored: 2 messages)",
           flush=True)
 
@@ -250,7 +275,7 @@ def run(workdir: Path, everything: bool) -> None:
         agent = Server("agent", ["agent", "--anonymous"], {**llm_env, "SEMHIST_DATA_DIR": str(workdir / "agent")},
                        workdir, "/healthz", SERVER_START)
         servers.append(agent)
-        teams_activity(agent, connector)
+        teams_activity(agent, connector, workdir / "agent")
     finally:
         for server in reversed(servers):
             server.stop()
