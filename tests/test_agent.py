@@ -247,15 +247,21 @@ def test_a_group_chat_gets_typing_an_ack_and_the_answer_later_stored_once(tmp_pa
         began = time.monotonic()
         assert httpx.post(server.url + "/api/messages", json=body, timeout=60).status_code in (200, 202)
         turn = time.monotonic() - began
-        assert wait_for(lambda: sum(a["type"] == "message" for a in connector.activities) >= 2, 600)
+        assert wait_for(lambda: any(a["type"] == "message" and not a["text"].startswith("Working on it")
+                                    for a in connector.activities), 600)
+        # a proactive answer is stored just after it is sent
+        assert wait_for(lambda: any(m.role == "assistant" for m in stored(server, conv)[-3:]), 30)
     finally:
         server.stop()
         connector.close()
-    # the packaged model takes longer than Teams waits: the turn ends with an acknowledgement
+    # the turn ends in time: with the answer when the model is quick (llama.cpp may hold the
+    # prompt's prefix from an earlier test), else with an acknowledgement and the answer after
     assert turn < 15, turn
     kinds = [a["type"] for a in connector.activities]
-    assert kinds[:3] == ["typing", "message", "message"], kinds
-    ack, answer = connector.activities[1]["text"], connector.activities[2]["text"]
-    assert ack.startswith("Working on it") and answer.strip() and not answer.startswith("Sorry"), (ack, answer)
+    texts = [a["text"] for a in connector.activities if a["type"] == "message"]
+    acks = [t for t in texts if t.startswith("Working on it")]
+    assert kinds[0] == "typing" and len(acks) <= 1 and texts[:len(acks)] == acks, kinds
+    answer = texts[-1]
+    assert len(texts) == len(acks) + 1 and answer.strip() and not answer.startswith("Sorry"), texts
     mine = [m.content for m in stored(server, conv) if m.role == "assistant"]
     assert mine.count(answer) == 1 and not any(c.startswith("Working on it") for c in mine)
