@@ -44,6 +44,13 @@ def _post(client: httpx.Client, thread: str, key: str) -> int:
         return 0  # the connection died with the worker
 
 
+def _healthy(client: httpx.Client) -> bool:
+    try:
+        return client.get("/healthz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _load(url: str, thread: str, keys: list[str], results: dict[str, int]) -> None:
     with httpx.Client(base_url=url, timeout=30) as client:
         for key in keys:
@@ -103,7 +110,7 @@ def test_postgres_restarted_under_load_fails_cleanly_and_recovers(two_workers, c
     cluster.start()
     time.sleep(2)
     with httpx.Client(base_url=two_workers.url, timeout=30) as client:
-        assert wait_for(lambda: client.get("/healthz").status_code == 200, 30)
+        assert wait_for(lambda: _healthy(client), 30), two_workers.output()
         recovered = [client.post("/v1/threads/pg-restart/messages", json={"messages": [
             {"role": "user", "content": f"after {n}"}]}).status_code for n in range(20)]
     stop.set()
@@ -111,6 +118,27 @@ def test_postgres_restarted_under_load_fails_cleanly_and_recovers(two_workers, c
     assert 503 in statuses, "the outage was not seen"
     assert set(statuses) <= {201, 503}  # never a 500, never a hang
     assert recovered[-10:] == [201] * 10  # back without restarting semhist
+
+
+def test_a_worker_restarted_while_postgres_is_down_keeps_the_service_up(two_workers, cluster):
+    # uvicorn stops every worker when one fails to start: the start must not need the database
+    started = two_workers.output().count("Application startup complete")
+    cluster.stop("immediate")
+    try:
+        victim = two_workers.children()[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: two_workers.output().count("Application startup complete") > started, 60), \
+            two_workers.output()
+        with httpx.Client(base_url=two_workers.url, timeout=30) as client:
+            assert client.get("/healthz").status_code == 503
+    finally:
+        cluster.start()
+    with httpx.Client(base_url=two_workers.url, timeout=30) as client:
+        assert wait_for(lambda: _healthy(client), 30), two_workers.output()
+        assert len(two_workers.children()) == 2 and two_workers.proc.poll() is None
+        for n in range(6):  # both workers, whichever answers
+            assert client.post("/v1/threads/pg-worker/messages", json={"messages": [
+                {"role": "user", "content": f"after {n}"}]}).status_code == 201
 
 
 @pytest.mark.parametrize("mode", ["html", "not_json", "not_utf8", "truncated", "no_choices", "error500", "slow"])

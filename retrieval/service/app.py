@@ -75,8 +75,9 @@ def create_app(settings: Settings | None = None, history: History | None = None)
         app.state.http, app.state.upstream_timeout = None, settings.upstream_timeout  # made on first use
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(app.state.pool, _warm, app.state.history)
-        app.state.secret = settings.secret.encode() if settings.secret else \
-            await loop.run_in_executor(app.state.pool, app.state.history.store.secret)
+        # else read from the store on first need: a worker (re)started while the database is down
+        # must still start, or uvicorn takes its failed start as a broken app and stops them all
+        app.state.secret = settings.secret.encode() if settings.secret else None
         try:
             yield
         finally:

@@ -70,7 +70,7 @@ def chat_api(settings: Settings) -> APIRouter:
         whole history), get the upstream model's answer; the prompt it saw is semhist's."""
         upstream = upstream_of(settings)  # before anything is stored
         data = body.model_dump(exclude_unset=True)
-        thread = chat.thread_of(request.headers, data, request.state.grant, request.app.state.secret)
+        thread = chat.thread_of(request.headers, data, request.state.grant, await _secret(request))
         history: History = request.app.state.history
         prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
                                     budget=chat.budget_of(x_semhist_budget), strategy=x_semhist_strategy or "blocks",
@@ -88,6 +88,14 @@ def chat_api(settings: Settings) -> APIRouter:
         return await (forward.stream() if turn.body.get("stream") else forward.whole())
 
     return api
+
+
+async def _secret(request: Request) -> bytes:
+    """What `user`-derived thread ids are keyed with (SEMHIST_SECRET, else the store's own)."""
+    state = request.app.state
+    if state.secret is None:
+        state.secret = await _in_pool(request, state.history.store.secret)
+    return state.secret
 
 
 class Forward:
