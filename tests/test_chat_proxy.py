@@ -67,6 +67,16 @@ def test_the_current_turn_ends_the_prompt_once_with_its_tool_results():
     assert end_with_turn(context + [turn[0]], turn[:1]) == context + turn[:1]
 
 
+def test_the_current_turn_stays_before_what_was_stored_after_it():
+    first, second = {"role": "user", "content": "Quick question:"}, {"role": "user", "content": "frozen until?"}
+    reply = {"role": "assistant", "content": "Yes."}
+    earlier = [{"role": "user", "content": "Quick question:"}, reply]  # said before, answered
+    # a second line of the burst (or a request in flight) was stored after the request
+    built = earlier + [dict(first), dict(second)]
+    assert end_with_turn(built, [first]) == earlier + [first, second]
+    assert end_with_turn(earlier + [dict(second)], [first]) == earlier + [second, first]  # no copy: at the end
+
+
 def sse(*events) -> bytes:
     return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 

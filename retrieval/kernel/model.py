@@ -267,11 +267,30 @@ def said(message: Mapping[str, Any]) -> tuple:
 
 def end_with_turn(messages: list[dict[str, Any]], turn: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The prompt with the current turn (the request and the tool calls and results after it)
-    at its end, whole and as given. A tight budget may have dropped part of it, and a model
-    that does not see its own tool results calls the tools again; the stored copies at the
-    prompt's end are taken off first, so nothing is sent twice."""
+    whole and as given: where the prompt has the request's stored copy among its last turns,
+    there (what was stored after it, another line of a burst or a request in flight, stays
+    after it), else at the end. A tight budget may have dropped part of it, and a model that
+    does not see its own tool results calls the tools again; the stored copies are taken off,
+    so nothing is sent twice."""
+    if not turn:
+        return list(messages)
     ours = {said(m) for m in turn}
     out = list(messages)
-    while out and out[-1]["role"] != "system" and said(out[-1]) in ours:
-        out.pop()
-    return out + [dict(m) for m in turn]
+    start = _trailing(out, ours)
+    at = next((i for i in range(start, len(out)) if said(out[i]) == said(turn[0])), None)
+    if at is None:
+        while out and out[-1]["role"] != "system" and said(out[-1]) in ours:
+            out.pop()
+        return out + [dict(m) for m in turn]
+    return (out[:start] + [m for m in out[start:at] if said(m) not in ours] + [dict(m) for m in turn]
+            + [m for m in out[at + 1:] if said(m) not in ours])
+
+
+def _trailing(messages: list[dict[str, Any]], ours: set[tuple]) -> int:
+    """Where the prompt's trailing turns start: after the last message of an earlier turn (a
+    reply that is not the current turn's); user and system messages are passed over."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m["role"] not in ("user", "system") and said(m) not in ours:
+            return i + 1
+    return 0
