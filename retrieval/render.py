@@ -47,6 +47,9 @@ def ask_dict(result: AskResult) -> dict[str, Any]:
         "llm_calls": result.llm_calls,
         "notes": list(result.prompt.notes),
     }
+    if result.prompt.selection.elsewhere:  # other threads of the channel (a wider scope)
+        out["elsewhere"] = [{"thread": e.thread_id, "score": round(e.score, 4), "start": _time(e.start),
+                             "messages": len(e.lines)} for e in result.prompt.selection.elsewhere]
     truth = thread.ground_truth(result.request)
     if truth and truth.has_evidence:
         kept = {thread.messages[p].index for p in result.included}

@@ -172,3 +172,31 @@ def test_scoped_tokens_alone_are_authentication_enough_to_listen_beyond_loopback
     check_exposure("0.0.0.0", _settings(SEMHIST_TOKENS=json.dumps(TOKENS)))
     with pytest.raises(ConfigError, match="without authentication"):
         check_exposure("0.0.0.0", _settings())
+
+
+@pytest.mark.slow
+def test_a_channel_ask_reaches_only_the_channels_threads_the_token_may_read(tenants):
+    # one channel whose reply chains two bots' tokens write to: a wider scope is still the token's
+    channel = {"tenant": "contoso", "channel": "19:launch@thread.tacv2"}
+    for token, thread, said in ((TOKEN_A, "a-chain-1", "the launch date is June 4"),
+                                (TOKEN_B, "b-chain-1", "the launch budget is 9,000 euros"),
+                                (TOKEN_A, "a-chain-2", "hello team")):
+        httpx.post(f"{tenants.url}/v1/threads/{thread}/messages", headers=_auth(token), timeout=60, json={
+            "messages": [{"role": "user", "content": said, "name": "Taro"}], **channel}).raise_for_status()
+
+    def ask(scope):
+        r = httpx.post(f"{tenants.url}/v1/threads/a-chain-2/context", headers=_auth(TOKEN_A), timeout=60,
+                       json={"request": "what did we say about the launch in this channel?", "scope": scope})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    wide = ask("channel")
+    text = json.dumps(wide["messages"], ensure_ascii=False)
+    assert "June 4" in text and "9,000" not in text
+    assert [e["thread"] for e in wide["elsewhere"]] == ["a-chain-1"]
+    assert "June 4" not in json.dumps(ask("thread")["messages"])
+    moved = httpx.post(f"{tenants.url}/v1/threads/a-chain-1/messages", headers=_auth(TOKEN_A), timeout=60, json={
+        "messages": [{"role": "user", "content": "x"}], "tenant": "fabrikam"})
+    assert moved.status_code == 422 and "another tenant" in moved.json()["error"]["message"]
+    assert httpx.post(f"{tenants.url}/v1/threads/a-chain-2/context", headers=_auth(TOKEN_A), timeout=60,
+                      json={"request": "x", "scope": "everywhere"}).status_code == 422

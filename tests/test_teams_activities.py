@@ -54,3 +54,35 @@ def test_each_activity_kind_is_stored_and_answered_as_meant(agent, case):
 
 def test_the_agents_health_probe_says_only_ok(agent):
     assert httpx.get(agent.url + "/healthz", timeout=30).json() == {"status": "ok"}
+
+
+def _in(conversation: str, kind: str, channel: str | None, text: str, id: str) -> dict:
+    body = copy.deepcopy(ACTIVITY)
+    body.update(id=id, text=text)
+    body["conversation"] = {"id": conversation, "conversationType": kind, "tenantId": "contoso"}
+    body["channelData"] = {"tenant": {"id": "contoso"}, **({"teamsChannelId": channel, "channel": {"id": channel},
+                                                           "team": {"id": "19:team@thread.tacv2"}} if channel else {})}
+    return body
+
+
+def test_a_channels_reply_chains_reach_each_other_and_nothing_further(agent):
+    launch, other = "19:launch@thread.tacv2", "19:other@thread.tacv2"
+    said = [(f"{launch};messageid=501", "channel", launch, "We decided the launch is on June 4."),
+            (f"{other};messageid=601", "channel", other, "Our launch is on September 9."),
+            ("a:1on1-taro", "personal", None, "My own launch note: October 1."),
+            (f"{launch};messageid=502", "channel", launch, "What did we decide about the launch in this channel?")]
+    for i, (conversation, kind, channel, text) in enumerate(said):
+        assert httpx.post(agent.url + "/api/messages", json=_in(conversation, kind, channel, text, f"scope-{i}"),
+                          timeout=60).status_code == 200
+    data = agent.log.parent / "data"
+    from semhist.indexers.store import open_store
+
+    store = open_store(f"sqlite:///{data / 'semhist.sqlite3'}")
+    try:
+        places = {c: store.place_of(c) for c, *_ in said}
+        asked = store.turns(f"{launch};messageid=502")[-1]
+    finally:
+        store.close()
+    assert places[f"{launch};messageid=501"].channel == launch and places["a:1on1-taro"].channel is None
+    assert {p.tenant for p in places.values()} == {"contoso"}
+    assert [e["thread"] for e in asked["elsewhere"]] == [f"{launch};messageid=501"]  # not the other channel's

@@ -133,6 +133,13 @@ ALTER TABLE messages ADD COLUMN verbatim TEXT;
 ALTER TABLE threads ADD COLUMN pii TEXT;
 ALTER TABLE turn_log ADD COLUMN request_key TEXT;
 """, _request_keys),
+    # Where a thread belongs: a Teams tenant and channel (a channel's reply chains are threads of
+    # their own that may search each other), so an ask can reach its channel and never further.
+    ("0009_scopes", """
+ALTER TABLE threads ADD COLUMN tenant TEXT;
+ALTER TABLE threads ADD COLUMN channel TEXT;
+CREATE INDEX threads_scope ON threads (tenant, channel);
+""", None),
 )
 
 

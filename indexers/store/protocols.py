@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from semhist.kernel.model import Key, StoredMessage
+    from semhist.kernel.model import Key, Place, StoredMessage
 
     from .records import (AppendResult, Changes, Marker, NewMessage, NoteRecord, StoredBlock,
                           SummaryRecord, ThreadInfo)
@@ -92,6 +92,10 @@ class StoreReader(Protocol):
 
     def turns(self, thread_id: str | None, limit: int | None = None) -> list[dict[str, Any]]: ...
 
+    def place_of(self, thread_id: str) -> Place | None: ...
+
+    def neighbours(self, thread_id: str, limit: int) -> list[str]: ...
+
 
 @runtime_checkable
 class StoreWriter(Protocol):
@@ -117,6 +121,8 @@ class StoreWriter(Protocol):
     def log_turn(self, thread_id: str, payload: dict[str, Any]) -> None: ...
 
     def set_retention(self, thread_id: str, days: float | None) -> None: ...
+
+    def place(self, thread_id: str, place: Place) -> None: ...
 
 
 @runtime_checkable

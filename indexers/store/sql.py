@@ -17,6 +17,7 @@ from semhist.kernel.errors import NotFoundError
 from .lexical_keys import block_document
 from .memory import MemoryMixin
 from .reads import ReadMixin
+from .scopes import ScopeMixin
 from .migrations import MIGRATIONS, script
 from semhist.kernel.ids import check_thread_id
 
@@ -30,7 +31,7 @@ _MARKER = "uid, generation, version, n_messages, n_tokens, n_vectors, pii"
 Segment = Callable[[list[StoredMessage], tuple[float, ...]], tuple[list[ClosedBlock], tuple[float, ...]]]
 
 
-class SQLStore(ReadMixin, ForgetMixin, MemoryMixin):
+class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
     """The store's SQL, written once. Subclasses supply the connection and the dialect."""
 
     placeholder = "?"

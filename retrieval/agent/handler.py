@@ -20,7 +20,7 @@ from .. import render
 from semhist import History
 from semhist import ANSWER_GUIDANCE, answer_reminder
 from .streaming import replies_later, reply_in_time, stream_reply, streams
-from .memory import FORGET, NO_STORE, SOURCES, ThreadMemory, activity_text, said, thread_id_for
+from .memory import FORGET, NO_STORE, SOURCES, ThreadMemory, activity_text, channel_data, said, thread_id_for
 
 log = logging.getLogger("semhist.agent")
 WELCOME = ("Hello! I keep this conversation's history and answer from it, however long ago something was said. "
@@ -28,11 +28,7 @@ WELCOME = ("Hello! I keep this conversation's history and answer from it, howeve
 
 
 def _event_type(activity: Any) -> str | None:
-    data = activity.channel_data
-    if data is None:
-        return None
-    get = data.get if isinstance(data, dict) else (lambda k: getattr(data, k, None))
-    return get("eventType") or get("event_type")
+    return channel_data(activity, "eventType") or channel_data(activity, "event_type")
 
 
 def _from_self(activity: Any) -> bool:
@@ -206,7 +202,8 @@ class SemhistAgent:
             # the request's own LLM work (keyword, compaction) counts against the turn's deadline
             result = await asyncio.wait_for(asyncio.to_thread(
                 self.history.ask, thread, text, strategy=self.strategy, budget=self.budget,
-                system_prompt=self.system_prompt, closing=answer_reminder(text) if self.remind else None),
+                system_prompt=self.system_prompt, closing=answer_reminder(text) if self.remind else None,
+                scope="auto"),  # a channel's reply chain reaches its channel's others when asked to
                 self.timeout * 2)
         except SemhistError as exc:
             return f"Sorry, I could not read this conversation's history: {exc}"

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from semhist.kernel.errors import SemhistError
 from semhist.kernel.ids import thread_id_for
+from semhist.kernel.model import Place
 
 from semhist import History
 
@@ -34,6 +36,8 @@ _AT = re.compile(r"<at\b[^>]*>(.*?)</at>", re.IGNORECASE | re.DOTALL)
 ADAPTIVE_CARD = "application/vnd.microsoft.card.adaptive"
 FILE_INFO = "application/vnd.microsoft.teams.file.download.info"
 CARD_TEXT_KEYS = ("title", "subtitle", "text", "label", "placeholder", "fallbackText")
+ATTACHMENT_CHARS = 20_000  # of an inline text attachment kept (a long paste stays searchable, bounded)
+_TAG = re.compile(r"<[^>]{0,500}>")
 
 
 def said(activity: Any) -> str:
@@ -72,6 +76,10 @@ def _attachment(att: Any, kind: str) -> str:
         return f"[card: {text}]" if text else "[card]"
     if kind == FILE_INFO and isinstance(content, dict):
         return f"[file {name or 'unnamed'} ({content.get('fileType') or 'file'})]"
+    if isinstance(content, str) and content.strip() and kind.startswith(("text/", "application/json")):
+        # the text came with the activity (inline, not behind a URL): kept, as a file's words
+        text = " ".join(_TAG.sub(" ", content).split()) if kind.startswith("text/html") else content.strip()
+        return f"[attachment {name or kind}]\n{text[:ATTACHMENT_CHARS]}"
     return f"[attachment {kind}: {name}]" if name else f"[attachment {kind}]"
 
 
@@ -95,11 +103,56 @@ def _values(value: Any) -> str:
     return str(value)[:2000]
 
 
+def channel_data(activity: Any, *path: str) -> Any:
+    """A value of the activity's channelData (a dict, or an object when the SDK parsed it)."""
+    node = activity.channel_data
+    for key in path:
+        if node is None:
+            return None
+        node = node.get(key) if isinstance(node, dict) else getattr(node, key, None)
+    return node
+
+
+def place_of(activity: Any) -> Place:
+    """Where the conversation belongs: its tenant, and for a channel's reply chain the channel
+    (`channelData.channel.id` or `teamsChannelId`, else the conversation id without its
+    `;messageid=` part). 1:1
+    and group chats have no channel: their scope is their own thread."""
+    conversation = activity.conversation
+    tenant = getattr(conversation, "tenant_id", None) or channel_data(activity, "tenant", "id")
+    channel = channel_data(activity, "channel", "id") or channel_data(activity, "teamsChannelId")
+    if not channel and getattr(conversation, "conversation_type", None) == "channel":
+        channel = conversation.id.split(";messageid=")[0]
+    return Place(tenant if isinstance(tenant, str) and tenant else None,
+                 channel if isinstance(channel, str) and channel else None)
+
+
+# Threads whose place this process has recorded: one write per conversation, not per activity
+# (bounded: a conversation seen again after it fell out is recorded again, a no-op).
+PLACED = 4096
+
+
 class ThreadMemory:
     """Agents SDK middleware (`on_turn(context, logic)`): keeps the conversation in `history`."""
 
     def __init__(self, history: History):
         self.history = history
+        self._placed: OrderedDict[str, None] = OrderedDict()
+
+    async def _place(self, thread: str, activity: Any) -> None:
+        if thread in self._placed:
+            self._placed.move_to_end(thread)
+            return
+        try:
+            place = place_of(activity)
+            if place.tenant or place.channel:
+                await asyncio.to_thread(self.history.place, thread, tenant=place.tenant, channel=place.channel)
+        except SemhistError as exc:  # the turn goes on: the thread stays where it was
+            log.warning("%s: could not record its tenant and channel: %s", thread, exc)
+            return
+        self._placed[thread] = None
+        if len(self._placed) > PLACED:
+            self._placed.popitem(last=False)
 
     async def on_turn(self, context: Any, logic: Callable[[Any], Awaitable]) -> None:
         activity = context.activity
@@ -107,6 +160,7 @@ class ThreadMemory:
             await logic(context)
             return
         thread = thread_id_for(activity.conversation.id)
+        await self._place(thread, activity)
         stamp = activity.timestamp or datetime.now(timezone.utc)
         if not any(c.fullmatch(said(activity)) for c in (FORGET, SOURCES)):
             await self._store(thread, self.incoming(activity, stamp))

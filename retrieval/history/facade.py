@@ -31,8 +31,9 @@ from semhist.kernel.model import Thread
 from semhist.kernel.settings import Budget, Settings
 from semhist.kernel.validate import resolve_zone
 
-from . import files
+from . import files, scopes
 from . import request as request_
+from .scopes import check_scope, widened
 from ..llm import LLMClient
 from ..pipeline import AskResult
 from .maintenance import Maintenance
@@ -203,26 +204,35 @@ class History(Maintenance):
 
     def ask(self, thread: str | Thread, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             answer: bool = False, log_turn: bool = True, keywords=None, system_prompt: str | None = None,
-            closing: str | None = None) -> AskResult:
+            closing: str | None = None, scope: str = "thread",
+            readable: Callable[[str], bool] | None = None) -> AskResult:
         """Build the prompt for a stored thread (its id) or a `Thread` object, and record what
         went into it (for a stored thread)."""
         return self.compare(thread, request, [strategy], budget=budget, answer=answer, log_turn=log_turn,
-                            keywords=keywords, strict=True, system_prompt=system_prompt, closing=closing)[0]
+                            keywords=keywords, strict=True, system_prompt=system_prompt, closing=closing,
+                            scope=scope, readable=readable)[0]
 
     def compare(self, thread: str | Thread, request: str, strategies: Iterable[str], *, budget: Budget | None = None,
                 answer: bool = False, log_turn: bool = True, keywords=None, strict: bool = False,
-                system_prompt: str | None = None, closing: str | None = None) -> list[AskResult]:
+                system_prompt: str | None = None, closing: str | None = None, scope: str = "thread",
+                readable: Callable[[str], bool] | None = None) -> list[AskResult]:
         """The same request under several strategies; the keyword is extracted once. A
         strategy that needs an LLM when none is configured is left out (the caller says so),
         or refused when `strict`. `system_prompt` replaces the configured one for this request;
         `closing` is a system message put just before the request (a caller that answers the
         prompt itself passes `answer_reminder(request)`, as `answer=True` does). A `Thread`
-        object is stored first (`put`); its results refer to it as loaded, and no turn is logged."""
+        object is stored first (`put`); its results refer to it as loaded, and no turn is logged.
+        `scope`: "thread"; "channel", the searching strategies also search the other threads of
+        the thread's channel (`place`); "auto", when the request names the channel or other
+        threads. `readable`: which of those the caller may read (the service's token)."""
         thread_id = self.put(thread) if isinstance(thread, Thread) else thread
+        check_scope(scope)
+        beyond = (lambda vector, keywords: scopes.excerpts(self, thread_id, vector, keywords, readable)) \
+            if widened(scope, request) and not isinstance(thread, Thread) else None
         results = request_.compare(self.parts, lambda: self._current(thread_id), thread_id, request, strategies,
                                    budget=budget, answer=answer, keywords=keywords, strict=strict,
                                    log_turn=log_turn and not isinstance(thread, Thread),
-                                   system_prompt=system_prompt, closing=closing)
+                                   system_prompt=system_prompt, closing=closing, elsewhere=beyond)
         if isinstance(thread, Thread):
             return [replace(r, thread=files.as_loaded(self, thread, thread_id, r.thread)) for r in results]
         return results

@@ -1,4 +1,4 @@
-"""Forgetting, editing, retention and re-embedding of stored threads."""
+"""Forgetting, editing, retention, re-embedding and placing (tenant, channel) of stored threads."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from semhist.indexers.index import manifest as manifests
 from semhist.indexers.ingest import cutoff
 from semhist.kernel.model import embedding_text
 from semhist.kernel.ids import check_thread_id
-from semhist.kernel.model import StoredMessage, as_message
+from semhist.kernel.model import Place, StoredMessage, as_message
 
 
 
@@ -78,6 +78,11 @@ class Maintenance:
                     cache.close()
             except BackendError as exc:  # the store has forgotten: say what is left, do not undo that
                 log.warning("%s: forgotten, but their cached vectors in %s remain: %s", thread_id, disk, exc)
+
+    def place(self: Any, thread_id: str, *, tenant: str | None = None, channel: str | None = None) -> None:
+        """Record where the thread belongs (made if new): its tenant and its channel, each set
+        once. Threads of one tenant and channel reach each other with `scope="channel"`."""
+        self.store.place(check_thread_id(thread_id), Place(tenant, channel))
 
     def set_retention(self: Any, thread_id: str, days: float | None) -> int:
         """Keep the thread's messages `days` days (None: forever); applies it now and on

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from dataclasses import replace
 
 from semhist.indexers.index.thread_index import ThreadIndex
@@ -20,6 +21,7 @@ from ..memory import Memory, check_llm, memory_needs
 from ..pipeline import AskResult, Asker, get_strategy
 from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 from ..pipeline.assemble import floor_cost
+from ..pipeline.elsewhere import Excerpt
 from ..pipeline.select import Carried
 from .parts import Parts
 from .states import Entry
@@ -34,9 +36,11 @@ CARRIED_TURNS = 16
 
 def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id: str, request: str,
             strategies: Iterable[str], *, budget: Budget | None, answer: bool, log_turn: bool, keywords,
-            strict: bool, system_prompt: str | None, closing: str | None) -> list[AskResult]:
+            strict: bool, system_prompt: str | None, closing: str | None,
+            elsewhere: Callable[[Any, Any], tuple[Excerpt, ...]] | None = None) -> list[AskResult]:
     """The prompt for `request` under each strategy (see `History.compare`); `current` reads
-    the thread's entry and marker once the request and strategies are known to be valid."""
+    the thread's entry and marker once the request and strategies are known to be valid.
+    `elsewhere(vector, keywords)`: stretches of other threads (a request beyond its thread)."""
     settings: Settings = parts.settings
     start = time.perf_counter()
     check_request(request, settings.max_message_chars)
@@ -62,6 +66,8 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     if keywords is None and any(get_strategy(n).uses_search for n in names):
         keywords = asker.keywords(request, _anchor(parts, entry, marker))
     vector = asker.query_vector(keywords) if keywords is not None else None
+    # other threads are searched before this one's lock is taken, each under its own
+    found = elsewhere(vector, keywords) if elsewhere is not None and vector is not None else ()
     masker = parts.ingestor.masker(marker.pii)  # the thread's masking came with its marker
     as_stored = masker(request) if masker else None
     # the previous prompts: what the cache layout carries over, and what a cache holds of this one
@@ -84,7 +90,7 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
                 index = _searched(parts, entry, parts.store.marker(thread_id) or marker, vector, keywords, reach)
             result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
                                vector=vector, memory=memory, as_stored=as_stored,
-                               carried=Carried.from_turns(logged, name) if cache else None)
+                               carried=Carried.from_turns(logged, name) if cache else None, elsewhere=found)
         marks = prefix_marks(result.prompt.messages) if logged or log_turn else []
         before = previous_marks(logged, name)
         if before is not None:

@@ -54,6 +54,9 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
         "prefix": marks,
         "cached_tokens": result.cached_tokens,
         **({"cache": cache_record(result)} if layout == "cache" else {}),
+        **({"elsewhere": [{"thread": e.thread_id, "score": round(e.score, 4), "lines": len(e.lines),
+                           "start": e.start.isoformat() if e.start else None}
+                          for e in result.prompt.selection.elsewhere]} if result.prompt.selection.elsewhere else {}),
     }
 
 

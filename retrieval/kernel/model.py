@@ -10,6 +10,7 @@ from functools import cached_property
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .errors import InputError
 from .quoting import neutral, reserved
 
 if TYPE_CHECKING:
@@ -227,6 +228,24 @@ def embedding_text(msg: Message) -> str:
 
 
 Key = tuple[float, int]  # (sort_ts, id): a stored message's place in its thread
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a thread belongs: its tenant (a Teams tenant, a customer) and its channel (a Teams
+    channel whose reply chains are threads of their own). Asks with `scope="channel"` reach
+    the threads of the same tenant and channel, never further; None means none."""
+
+    tenant: str | None = None
+    channel: str | None = None
+
+    def __post_init__(self):
+        for what in ("tenant", "channel"):
+            value = getattr(self, what)
+            if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > 256
+                                      or not value.isprintable()):
+                raise InputError(f"{what}: expected a non-empty string of at most 256 printable characters",
+                                 field=what)
 
 
 @dataclass(frozen=True)

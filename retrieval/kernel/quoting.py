@@ -33,7 +33,7 @@ _CONTROL = re.compile(
     r"<(?=[|｜][^\n]{0,64}?[|｜]>)"
     r"|<(?=</?SYS>>)|<(?=/?s>)|<(?=(?:start|end)_of_turn>)|<(?=/?(?:bos|eos|pad|unk)>)"
     r"|\[(?=/?INST\])|\[(?=/?(?:SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS)\])"
-    rf"|[{_LESS_THAN}](?=\s*/?\s*(?:retrieved_history|conversation_summary|user_statements)\b)",
+    rf"|[{_LESS_THAN}](?=\s*/?\s*(?:retrieved_history|channel_history|conversation_summary|user_statements)\b)",
     re.IGNORECASE)
 _CONTROL_HINT = re.compile(rf"[\[{_LESS_THAN}]")
 # ...before what starts a tag or a control token

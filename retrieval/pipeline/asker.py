@@ -20,6 +20,7 @@ from semhist.kernel.settings import Budget, Settings
 from ..billing import price_model
 from ..llm import LLMClient
 from .assemble import Prompt, fit, fixed_cost
+from .elsewhere import Excerpt, elsewhere_cost, within
 from .keyword import KeywordResult, extract_keywords
 from .search import embed_query
 from .select import Carried, MemoryResult
@@ -134,10 +135,11 @@ class Asker:
     def ask(self, index: ThreadIndex, request: str, *, strategy: str = "blocks", budget: Budget | None = None,
             keywords: KeywordResult | None = None, vector: np.ndarray | None = None,
             memory: MemoryResult | None = None, as_stored: str | None = None,
-            carried: Carried | None = None) -> AskResult:
+            carried: Carried | None = None, elsewhere: tuple[Excerpt, ...] = ()) -> AskResult:
         """Build the prompt for `request` with one strategy; `as_stored` is the request as a
         masked thread stores it (so a bot that stored it first does not send it twice).
-        `carried`: what this strategy's previous prompts of the thread carried (the cache layout)."""
+        `carried`: what this strategy's previous prompts of the thread carried (the cache layout).
+        `elsewhere`: stretches of the channel's other threads, given their share of the budget."""
         s = self.settings  # the request was checked where it came in (History.compare)
         strat = get_strategy(strategy)
         asked = request  # searched as asked, sent like the thread's text: no control token in it
@@ -160,8 +162,14 @@ class Asker:
         following = layout == "cache" and carried is not None and carried.start is not None
         billed = int(budget.value) if budget is not None and budget.billed and following else None
         step = s.recent_step if following else 1
-        selection = strat.select(strategy_input(index, s, vector, keywords, request, limit, memory, self.closing,
-                                                shown, carried, billed, step))
+        elsewhere = within(elsewhere, limit) if strat.uses_search else ()
+        reserve = elsewhere_cost(elsewhere)
+        selection = strat.select(strategy_input(index, s, vector, keywords, request,
+                                                None if limit is None else max(0, limit - reserve), memory,
+                                                self.closing, shown, carried,
+                                                None if billed is None else max(0, billed - reserve), step))
+        if elsewhere:
+            selection = replace(selection, elsewhere=elsewhere)
         prompt = fit(shown, selection, request, limit, system_prompt=s.system_prompt,
                      context_role=s.context_role, alternate=s.alternate, as_stored=as_stored, closing=self.closing,
                      layout=layout, step=step)

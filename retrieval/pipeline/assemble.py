@@ -20,6 +20,7 @@ from semhist.kernel.model import Thread, content_text
 from semhist.kernel.quoting import escaped, neutral, quoted
 from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_messages
 
+from .elsewhere import elsewhere_cost, render_elsewhere
 from .pairing import after_tool_results, merge_same_role, pair_tool_messages
 from .select import (PROTECTED_UNITS, Earlier, Retrieved, Selection, clearable_results, context_line,
                      protected_count, unit_cost, with_cleared)
@@ -133,12 +134,13 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     memory = render_memory(selection)
     if memory:
         out.append({"role": context_role, "content": memory})
-    context = {"role": context_role, "content": render_context(thread, selection.retrieved)} \
-        if selection.retrieved else None
+    context = [{"role": context_role, "content": render_elsewhere(selection.elsewhere)}] if selection.elsewhere else []
+    if selection.retrieved:
+        context.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
     # APIs that insist on alternation take no system message between turns
     trailing = layout == "cache" and not (alternate and context_role == "system")
     if context and not trailing:
-        out.append(context)
+        out.extend(context)
     carried = {e.before: {"role": context_role, "content": render_context(thread, (e.retrieved,))}
                for e in selection.earlier}
     shown = []
@@ -154,8 +156,8 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     elif isinstance(turns[at].get("content"), str):
         turns[at] = {**turns[at], "content": request}
     if context and trailing:  # just before the request (and the tool calls that follow it)
-        turns.insert(at, context)
-        at += 1
+        turns[at:at] = context
+        at += len(context)
     if closing and alternate:
         out.append({"role": "system", "content": closing})
     elif closing:
@@ -232,8 +234,8 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     before the turn itself goes: the answer is worth more than what it read (the current
     turn's results never are: the answer under way needs them). The system prompt(s) and the
     request are never dropped. Older turns go `step` at a time (the cache layout)."""
-    parts = _Parts(thread, selection, request, budget, fixed_cost(thread, request, system_prompt, closing),
-                   context_role, as_stored)
+    fixed = fixed_cost(thread, request, system_prompt, closing) + elsewhere_cost(selection.elsewhere)
+    parts = _Parts(thread, selection, request, budget, fixed, context_role, as_stored)
     notes: list[str] = []
     while parts.over() and parts.retrieved:
         parts.retrieved.pop()

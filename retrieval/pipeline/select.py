@@ -15,6 +15,7 @@ from semhist.kernel.quoting import quoted, speaker
 from semhist.indexers.store import NoteRecord, StoredMessage, SummaryRecord
 from semhist.kernel.tokens import count_message, count_text
 
+from .elsewhere import Excerpt
 from .toolresults import call_name, placeholder
 
 PROTECTED_UNITS = 2  # the last two exchanges stay verbatim ("それ" needs them)
@@ -102,6 +103,7 @@ class Selection:
     cleared: tuple[int, ...] = ()  # tool results of the kept turns the budget shows as placeholders
     earlier: tuple[Earlier, ...] = ()  # earlier turns' retrieved history, among the kept turns
     restarted: bool = True  # the cache layout: the turns start afresh (nothing is carried over)
+    elsewhere: tuple[Excerpt, ...] = ()  # other threads of the channel (a request with a wider scope)
 
     @property
     def history_ids(self) -> tuple[int, ...]:

@@ -145,7 +145,10 @@ def _threads_api(settings: Settings) -> APIRouter:
         if len(body.messages) > settings.max_batch:
             raise TooLarge(f"{len(body.messages)} messages in one request; at most {settings.max_batch}")
         # each message's size is checked once, by History with the rest of it (413 too)
-        result = _history(request).add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages])
+        if body.tenant is not None or body.channel is not None:
+            _history(request).place(thread_id, tenant=body.tenant, channel=body.channel)
+        result = _history(request).add_many(thread_id, [m.model_dump(exclude_none=True)
+                                                        for m in body.messages])
         _freeze_loaded(request)
         metrics().added.inc(result.added)
         return Added(ids=list(result.every_id), added=result.added)
@@ -155,8 +158,8 @@ def _threads_api(settings: Settings) -> APIRouter:
     def context(thread_id: ScopedThread, body: ContextRequest, request: Request) -> dict[str, Any]:
         """The prompt for the next turn: send `messages` to any chat-completions API."""
         result = _history(request).ask(  # History checks the request once (too long: 413)
-thread_id, body.request, strategy=body.strategy,
-                                       budget=_budget(body.budget), system_prompt=body.system_prompt)
+            thread_id, body.request, strategy=body.strategy, budget=_budget(body.budget),
+            system_prompt=body.system_prompt, scope=body.scope, readable=request.state.grant.allows)
         _freeze_loaded(request)
         data = render.ask_dict(result)
         metrics().prompt_tokens.inc(data["prompt_tokens"])
@@ -167,7 +170,7 @@ thread_id, body.request, strategy=body.strategy,
                 "cached_tokens": data["cached_tokens"],
                 "strategy": data["strategy"], "keyword": data["keyword"], "retrieved": data["retrieved"],
                 "recent_message_ids": data["recent_message_indices"], "llm_calls": data["llm_calls"],
-                "notes": data["notes"]}
+                "notes": data["notes"], "elsewhere": data.get("elsewhere", [])}
 
     @api.get("/v1/threads", response_model=list[ThreadSummary])
     @in_pool

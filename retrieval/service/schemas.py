@@ -33,6 +33,11 @@ class ChatMessage(BaseModel):
 
 class AddMessages(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1)
+    tenant: str | None = Field(default=None, min_length=1, max_length=256,
+                               description="the tenant the thread belongs to (set once)")
+    channel: str | None = Field(default=None, min_length=1, max_length=256,
+                                description="the channel the thread belongs to (set once): threads of one tenant "
+                                            "and channel reach each other with scope \"channel\"")
 
 
 class Added(BaseModel):
@@ -46,6 +51,10 @@ class ContextRequest(BaseModel):
     budget: int | str | None = Field(default=None, description="tokens (2000), a share of the history (\"10%\") "
                                                               "or billed tokens (\"1000b\")")
     system_prompt: str | None = Field(default=None, description="put first in the prompt and counted in the budget")
+    scope: Literal["thread", "channel", "auto"] = Field(
+        default="thread", description="\"channel\": also search the other threads of the thread's channel that "
+                                      "the token may read; \"auto\": when the request names the channel or other "
+                                      "threads")
 
 
 class Context(BaseModel):
@@ -58,6 +67,8 @@ class Context(BaseModel):
     strategy: str
     keyword: dict[str, Any] | None = Field(description="what was searched for, and where it came from")
     retrieved: list[dict[str, Any]] = Field(description="the stretches of history retrieved, best first")
+    elsewhere: list[dict[str, Any]] = Field(default_factory=list, description="stretches of the channel's other "
+                                            "threads in the prompt (scope \"channel\" or \"auto\")")
     recent_message_ids: list[int]
     llm_calls: int
     notes: list[str]
