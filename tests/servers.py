@@ -190,11 +190,16 @@ class Recorder:
             def log_message(self, *args):
                 pass
 
+            def do_GET(self):  # GET /v1/models: relayed, not kept
+                self._relay(urllib.request.Request(target.rstrip("/") + self.path.removeprefix("/v1")))
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 outer.bodies.append(json.loads(body))
-                request = urllib.request.Request(target.rstrip("/") + self.path.removeprefix("/v1"), data=body,
-                                                 headers={"content-type": "application/json"}, method="POST")
+                self._relay(urllib.request.Request(target.rstrip("/") + self.path.removeprefix("/v1"), data=body,
+                                                   headers={"content-type": "application/json"}, method="POST"))
+
+            def _relay(self, request):
                 try:
                     answer = urllib.request.urlopen(request, timeout=600)
                 except urllib.error.HTTPError as refused:  # the model's own error answer, relayed too

@@ -280,6 +280,25 @@ def test_the_thread_can_come_from_user_and_a_request_without_one_is_refused(prox
     assert thread.startswith("user-") and count(server, thread) == 2  # a name the store refuses: its digest
 
 
+@pytest.mark.llm
+@pytest.mark.slow
+def test_the_model_list_is_the_upstreams(proxy):
+    from semhist.llm.server import MODEL_NAME
+
+    server, _ = proxy
+    assert MODEL_NAME in [m.id for m in client(server).models.list().data]  # what clients ask first
+
+
+def test_the_model_list_comes_from_beside_the_completions_url():
+    def listed(**kwargs):
+        return upstream_of(Settings.load(env={}, **kwargs)).models_url
+
+    assert listed(upstream="http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080/v1/models"
+    assert listed(upstream="https://llm.example/v1/chat/completions?x=1") == "https://llm.example/v1/models"
+    azure = LLMConfig("azure", "gpt-4o", api_key="k", base_url="https://x.openai.azure.com/", api_version="2024-10-21")
+    assert listed(llm=azure) is None  # a deployment lists itself
+
+
 def test_an_unreachable_upstream_is_a_502_and_the_request_is_kept(tmp_path, cache_dir):
     import openai
 

@@ -33,7 +33,10 @@ def api_schema(tmp_path_factory, cache_dir):
 OPERATIONS = [("POST", "/v1/threads/{thread_id}/messages"), ("POST", "/v1/threads/{thread_id}/context"),
               ("GET", "/v1/threads"), ("GET", "/v1/threads/{thread_id}/log"), ("DELETE", "/v1/threads/{thread_id}"),
               ("DELETE", "/v1/threads/{thread_id}/messages/{message_id}"), ("GET", "/healthz"), ("GET", "/metrics"),
-              ("POST", "/v1/chat/completions")]
+              ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]
+
+
+UPSTREAM = {("POST", "/v1/chat/completions"), ("GET", "/v1/models")}
 
 
 # One test per operation, cases drawn from the document (schemathesis' pytest plugin predates pytest 9).
@@ -45,7 +48,13 @@ def test_no_request_gets_a_server_error(api_schema, method, path):
     @given(case=operations[(method, path)].as_strategy())
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     def check(case):
-        response = case.call_and_validate(checks=[schemathesis.checks.not_a_server_error, status_code_conformance])
+        response = case.call()
+        # the upstream here is down: a 502 saying so is the proxy routes' documented answer
+        down = (method, path) in UPSTREAM and response.status_code == 502 \
+            and response.json()["error"]["type"] == "upstream_unavailable"
+        checks = [status_code_conformance] if down else [schemathesis.checks.not_a_server_error,
+                                                         status_code_conformance]
+        case.validate_response(response, checks=checks)
         if response.status_code >= 400:
             assert set(response.json()["error"]) >= {"type", "message"}
 

@@ -11,7 +11,7 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from semhist.kernel.errors import SemhistError, missing_extra
@@ -86,6 +86,21 @@ def chat_api(settings: Settings) -> APIRouter:
             ours["X-Semhist-Cached-Tokens"] = str(turn.cached_tokens)
         forward = Forward(request, upstream, turn, ours, _upstream_headers(request, upstream, settings))
         return await (forward.stream() if turn.body.get("stream") else forward.whole())
+
+    @api.get("/v1/models", response_class=Response, responses=RESPONSES)
+    async def models(request: Request) -> Response:
+        """The upstream's models, relayed as it lists them (clients such as Open WebUI and
+        LiteLLM ask this first); an Azure deployment lists itself."""
+        upstream = upstream_of(settings)
+        if upstream.models_url is None:
+            return JSONResponse({"object": "list", "data": [
+                {"id": upstream.model, "object": "model", "created": 0, "owned_by": "azure"}]})
+        async with _errors(upstream):
+            answer = await _client(request).get(upstream.models_url,
+                                                headers=_upstream_headers(request, upstream, settings))
+        relayed = {k: v for k, v in answer.headers.items() if k.lower() in RELAYED}
+        return Response(answer.content, status_code=answer.status_code, headers=relayed,
+                        media_type=answer.headers.get("content-type", "application/json"))
 
     return api
 

@@ -26,6 +26,14 @@ class Upstream:
     uses_client_key: bool  # no key of our own: the client's bearer token goes on
     cache_key: bool = True  # it takes OpenAI's prompt_cache_key (Azure's API refuses fields it does not know)
 
+    @property
+    def models_url(self) -> str | None:
+        """Its `GET /models` (None for an Azure deployment, which lists none of its own)."""
+        url = urlsplit(self.url)
+        if not url.path.endswith("/chat/completions") or "/openai/deployments/" in url.path:
+            return None
+        return urlunsplit(url._replace(path=url.path.removesuffix("/chat/completions") + "/models", query=""))
+
 
 def upstream_of(settings: Settings) -> Upstream:
     """`--upstream URL` (with SEMHIST_UPSTREAM_API_KEY, if any), else the LLM endpoint the
