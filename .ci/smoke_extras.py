@@ -154,6 +154,8 @@ IMPORTS = {  # extra: what its users import or run first
     "langchain": "from semhist.integrations.langchain import history_factory, pre_model_hook",
     "langgraph": "from langgraph.prebuilt import create_react_agent",
     "llamaindex": "from semhist.integrations.llamaindex import SemhistMemory, SemhistMemoryBlock",
+    "agent-framework": "from semhist.integrations.agent_framework import SemhistContextProvider",
+    "openai-agents": "from semhist.integrations.openai_agents import SemhistSession",
     "postgres": "from semhist.indexers.store.postgres import _psycopg; _psycopg().pq.version()",
     "eval": "from semhist.scoring import answer_f1; answer_f1('ramen in Sapporo', 'Sapporo ramen')",
 }

@@ -47,3 +47,9 @@ def test_answers_notebook_runs(cache_dir, monkeypatch):
     text, drew = run_notebook("answers.ipynb", cache_dir, monkeypatch)
     assert "ramen.json" in text and "facts" in text and "sharded" in text
     assert drew, "the score-against-tokens plot was not drawn"
+
+
+def test_openai_agents_session_notebook_runs(cache_dir, monkeypatch):
+    text, _ = run_notebook("openai_agents_session.ipynb", cache_dir, monkeypatch)
+    assert "kept 24/24 ramen turns" in text
+    assert "semhist thread: 70 messages" in text

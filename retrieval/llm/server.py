@@ -93,7 +93,7 @@ def start_server(model: Path, *, host: str = "127.0.0.1", port: int = 8080, thre
         raise ConfigError("xllamacpp is not installed; install it with: pip install 'semhist[local-llm]'") from exc
     params = xllamacpp.CommonParams()
     params.model.path = str(model)
-    params.model_alias = MODEL_NAME
+    params.model_alias = {MODEL_NAME}  # a set of names in this binding: a str became its characters
     params.hostnames = [host]
     params.port = port
     params.n_ctx = ctx_size

@@ -32,6 +32,7 @@ from .access import Access, Grant
 from .errors import Forbidden, TooLarge, Unauthorized
 from .metrics import Timing, metrics
 from .proxy import chat_api
+from .responses import responses_api
 from .schemas import (THREAD_ID_PATTERN, AddMessages, Added, Context, ContextRequest, Error, Forgotten, Health,
                       ThreadSummary)
 
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
     auth = Depends(_bearer)
     app.include_router(_threads_api(settings), dependencies=[auth], responses=ERRORS)
     app.include_router(chat_api(settings), dependencies=[auth])
+    app.include_router(responses_api(settings), dependencies=[auth])
 
     @app.get("/healthz", response_model=Health, response_model_exclude_none=True,
              responses={503: {"model": Error}}, tags=["operations"])

@@ -8,13 +8,15 @@ import asyncio
 import functools
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from semhist.kernel.errors import SemhistError, missing_extra
+from semhist.kernel.errors import ConfigError, SemhistError, missing_extra
 from semhist.kernel.settings import Settings
 
 try:  # at import, so a server without it refuses to start instead of failing every chat request
@@ -27,7 +29,7 @@ from . import chat
 from .errors import UpstreamError, UpstreamTimeout
 from .metrics import metrics
 from .schemas import THREAD_ID_PATTERN, Error
-from .upstream import StreamReply, Upstream, cached_of, reply_of, upstream_of
+from .upstream import CHAT, Upstream, Wire, upstream_of
 
 log = logging.getLogger("semhist.service")
 
@@ -68,24 +70,8 @@ def chat_api(settings: Settings) -> APIRouter:
             x_semhist_strategy: Annotated[str | None, Header(max_length=32)] = None) -> Response:
         """OpenAI-compatible chat completions with semhist's memory: send the new turn (or the
         whole history), get the upstream model's answer; the prompt it saw is semhist's."""
-        upstream = upstream_of(settings)  # before anything is stored
-        data = body.model_dump(exclude_unset=True)
-        thread = chat.thread_of(request.headers, data, request.state.grant, await _secret(request))
-        history: History = request.app.state.history
-        prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
-                                    budget=chat.budget_of(x_semhist_budget), strategy=x_semhist_strategy or "blocks",
-                                    cache_key=upstream.cache_key)
-        turn = await _in_pool(request, prepare)
-        metrics().added.inc(turn.added)
-        metrics().prompt_tokens.inc(turn.prompt_tokens)
-        metrics().full_tokens.inc(turn.full_tokens)
-        metrics().cached_tokens.inc(turn.cached_tokens or 0)
-        ours = {"X-Semhist-Thread": thread, "X-Semhist-Prompt-Tokens": str(turn.prompt_tokens),
-                "X-Semhist-Stored": str(turn.added), **chat.notes_header(turn.notes)}
-        if turn.cached_tokens is not None:  # semhist's estimate; the upstream's own count is in its usage
-            ours["X-Semhist-Cached-Tokens"] = str(turn.cached_tokens)
-        forward = Forward(request, upstream, turn, ours, _upstream_headers(request, upstream, settings))
-        return await (forward.stream() if turn.body.get("stream") else forward.whole())
+        return await relay(request, settings, body.model_dump(exclude_unset=True), x_semhist_budget,
+                           x_semhist_strategy)
 
     @api.get("/v1/models", response_class=Response, responses=RESPONSES)
     async def models(request: Request) -> Response:
@@ -105,6 +91,35 @@ def chat_api(settings: Settings) -> APIRouter:
     return api
 
 
+async def relay(request: Request, settings: Settings, data: dict[str, Any], budget: str | None,
+                strategy: str | None, wire: Wire = CHAT,
+                reshape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Response:
+    """One proxied turn: the thread named, the new messages stored, semhist's prompt built
+    (`data` in chat-completions form), then `reshape`d into the wire's body and forwarded."""
+    upstream = upstream_of(settings)  # before anything is stored
+    if wire.url(upstream) is None:
+        raise ConfigError(f"the upstream ({upstream.url.split('?')[0]}) has no {wire.route} route (an Azure "
+                          "deployment URL): use POST /v1/chat/completions")
+    thread = chat.thread_of(request.headers, data, request.state.grant, await _secret(request))
+    history: History = request.app.state.history
+    prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
+                                budget=chat.budget_of(budget), strategy=strategy or "blocks",
+                                cache_key=upstream.cache_key)
+    turn = await _in_pool(request, prepare)
+    if reshape is not None:
+        turn = replace(turn, body=reshape(turn.body))
+    metrics().added.inc(turn.added)
+    metrics().prompt_tokens.inc(turn.prompt_tokens)
+    metrics().full_tokens.inc(turn.full_tokens)
+    metrics().cached_tokens.inc(turn.cached_tokens or 0)
+    ours = {"X-Semhist-Thread": thread, "X-Semhist-Prompt-Tokens": str(turn.prompt_tokens),
+            "X-Semhist-Stored": str(turn.added), **chat.notes_header(turn.notes)}
+    if turn.cached_tokens is not None:  # semhist's estimate; the upstream's own count is in its usage
+        ours["X-Semhist-Cached-Tokens"] = str(turn.cached_tokens)
+    forward = Forward(request, upstream, turn, ours, _upstream_headers(request, upstream, settings), wire)
+    return await (forward.stream() if turn.body.get("stream") else forward.whole())
+
+
 async def _secret(request: Request) -> bytes:
     """What `user`-derived thread ids are keyed with (SEMHIST_SECRET, else the store's own)."""
     state = request.app.state
@@ -117,15 +132,16 @@ class Forward:
     """One request to the upstream, its answer relayed and its reply stored."""
 
     def __init__(self, request: Request, upstream: Upstream, turn: chat.Turn, ours: dict[str, str],
-                 headers: dict[str, str]):
+                 headers: dict[str, str], wire: Wire = CHAT):
         self.request, self.upstream, self.turn, self.ours, self.headers = request, upstream, turn, ours, headers
+        self.wire, self.url = wire, wire.url(upstream)
 
     async def whole(self) -> Response:
         async with _errors(self.upstream):
-            answer = await _client(self.request).post(self.upstream.url, json=self.turn.body, headers=self.headers)
+            answer = await _client(self.request).post(self.url, json=self.turn.body, headers=self.headers)
         if answer.is_success:
-            await self._store(reply_of(answer.content))
-            cached = cached_of(answer.content)
+            await self._store(self.wire.reply_of(answer.content))
+            cached = self.wire.cached_of(answer.content)
             if cached is not None:
                 metrics().upstream_cached.inc(cached)
         return Response(answer.content, status_code=answer.status_code, headers=self._headers(answer),
@@ -134,7 +150,7 @@ class Forward:
     async def stream(self) -> Response:
         client = _client(self.request)
         async with _errors(self.upstream):
-            answer = await client.send(client.build_request("POST", self.upstream.url, json=self.turn.body,
+            answer = await client.send(client.build_request("POST", self.url, json=self.turn.body,
                                                             headers=self.headers), stream=True)
         if not answer.is_success:
             try:
@@ -152,7 +168,7 @@ class Forward:
         """The upstream's bytes as they come. The reply is stored when the end is seen, before
         the client gets it: its next turn finds the reply. An upstream that breaks off mid-stream
         ends the client's stream with an error event, not as if the answer were complete."""
-        reader, stored = StreamReply(), False
+        reader, stored = self.wire.reader(), False
         try:
             async for chunk in answer.aiter_bytes():
                 try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 import hashlib
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -26,13 +27,19 @@ class Upstream:
     uses_client_key: bool  # no key of our own: the client's bearer token goes on
     cache_key: bool = True  # it takes OpenAI's prompt_cache_key (Azure's API refuses fields it does not know)
 
-    @property
-    def models_url(self) -> str | None:
-        """Its `GET /models` (None for an Azure deployment, which lists none of its own)."""
+    def beside(self, path: str) -> str | None:
+        """Another route of the same API (`/models`, `/responses`); None for an Azure
+        deployment URL, which has only its own."""
         url = urlsplit(self.url)
         if not url.path.endswith("/chat/completions") or "/openai/deployments/" in url.path:
             return None
-        return urlunsplit(url._replace(path=url.path.removesuffix("/chat/completions") + "/models", query=""))
+        return urlunsplit(url._replace(path=url.path.removesuffix("/chat/completions") + path))
+
+    @property
+    def models_url(self) -> str | None:
+        """Its `GET /models` (None for an Azure deployment, which lists none of its own)."""
+        found = self.beside("/models")
+        return urlunsplit(urlsplit(found)._replace(query="")) if found else None
 
 
 def upstream_of(settings: Settings) -> Upstream:
@@ -94,10 +101,10 @@ def reply_of(body: bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(message, dict):
         return None
-    return _message(message.get("content"), message.get("tool_calls"), data.get("id"))
+    return assistant_message(message.get("content"), message.get("tool_calls"), data.get("id"))
 
 
-def _message(content: Any, tool_calls: Any, response_id: Any) -> dict[str, Any] | None:
+def assistant_message(content: Any, tool_calls: Any, response_id: Any) -> dict[str, Any] | None:
     if not isinstance(content, str):
         content = None
     calls = [c for c in tool_calls or () if isinstance(c, dict)] if isinstance(tool_calls, list) else []
@@ -112,6 +119,20 @@ def _message(content: Any, tool_calls: Any, response_id: Any) -> dict[str, Any] 
         said = json.dumps([content, calls], sort_keys=True, ensure_ascii=False)
         out["id"] = f"{response_id[:200]}:{hashlib.sha256(said.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
     return out
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One API the proxy speaks: where its upstream route is, and how a reply (whole, or as
+    a stream passes) and the provider's cached-token count are read from it."""
+
+    route: str  # beside the upstream's chat completions: "/chat/completions", "/responses"
+    reply_of: Callable[[bytes], dict[str, Any] | None]
+    cached_of: Callable[[bytes], int | None]
+    reader: Callable[[], Any]  # a fresh stream reader: feed(chunk) -> ended, message(), cached
+
+    def url(self, upstream: Upstream) -> str | None:
+        return upstream.url if self.route == "/chat/completions" else upstream.beside(self.route)
 
 
 class StreamReply:
@@ -178,4 +199,7 @@ class StreamReply:
 
     def message(self) -> dict[str, Any] | None:
         calls = [self._calls[i] for i in sorted(self._calls) if self._calls[i]["id"]]
-        return _message("".join(self._text), calls, self.response_id) if self.done else None
+        return assistant_message("".join(self._text), calls, self.response_id) if self.done else None
+
+
+CHAT = Wire("/chat/completions", reply_of, cached_of, StreamReply)

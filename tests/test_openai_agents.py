@@ -1,0 +1,120 @@
+"""OpenAI Agents SDK session: the SDK's own `Runner` with a model of its `Model` interface that
+plays back fixed turns (a tool call, then an answer) and keeps what it was given; semhist
+stores every item and hands the model its prompt. Then one run against the packaged model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("agents", reason="the openai-agents extra")  # in the test extra: always there in CI
+
+from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage, function_tool, set_tracing_disabled
+from agents.memory import Session, SessionSettings
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from semhist import load
+from semhist.integrations.openai_agents import SemhistSession
+
+from .conftest import RAMEN_REQUEST, SAMPLES
+
+set_tracing_disabled(True)  # nothing leaves the machine
+
+
+class PlayedBack(Model):
+    """Answers each call with the next of `turns` and keeps every input it was given."""
+
+    def __init__(self, turns):
+        self.turns, self.inputs = list(turns), []
+
+    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           tracing, *, previous_response_id, conversation_id, prompt):
+        self.inputs.append(input)
+        return ModelResponse(output=self.turns.pop(0), usage=Usage(requests=1), response_id=None)
+
+    async def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+        yield
+
+
+def said(text: str, id: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(id=id, type="message", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+
+
+@function_tool
+def opening_hours(shop: str) -> str:
+    """When a ramen shop is open."""
+    return f"{shop}: 11:00-23:00"
+
+
+@pytest.fixture
+def session(make_history):
+    h = make_history(layout="cache")
+    s = SemhistSession(h, "ramen-agents", budget=600)
+    h.ingest(s.thread, load(SAMPLES / "ramen.json").only())
+    return s
+
+
+def test_a_run_gets_semhists_prompt_and_every_item_is_stored_paired(session):
+    assert isinstance(session, Session)
+    h, before = session.history, session.history.store.count(session.thread)
+    model = PlayedBack([
+        [ResponseFunctionToolCall(id="fc_1", call_id="call_1", type="function_call", name="opening_hours",
+                                  arguments='{"shop": "一蘭"}')],
+        [said("一蘭は11時から23時までです。", "msg_1")]])
+    agent = Agent(name="ramen", instructions="Answer from the conversation.", model=model, tools=[opening_hours])
+    result = asyncio.run(Runner.run(agent, RAMEN_REQUEST, session=session,
+                                    run_config=RunConfig(session_input_callback=session.prompt)))
+    assert result.final_output == "一蘭は11時から23時までです。"
+    first = model.inputs[0]
+    assert first[-1] == {"role": "user", "content": RAMEN_REQUEST}
+    assert "<retrieved_history>" in first[-2]["content"] and first[-2]["role"] == "user"
+    assert len(first) < before  # the prompt, not the thread
+    stored = h.store.messages(session.thread)[before:]
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[1].tool_calls[0]["id"] == "call_1" and stored[2].tool_call_id == "call_1"
+    assert stored[3].content == "一蘭は11時から23時までです。"
+    # the SDK hands the same items again (a retry): stored once
+    asyncio.run(session.add_items([{"type": "function_call_output", "call_id": "call_1", "output": "x"}]))
+    assert h.store.count(session.thread) == before + 4
+
+
+def test_get_items_gives_the_newest_items_never_the_whole_thread(session):
+    everything = session.history.store.count(session.thread)
+    assert 0 < len(asyncio.run(session.get_items())) < everything
+    assert [i["content"] for i in asyncio.run(session.get_items(limit=2))] == \
+        [m.content for m in session.history.store.messages(session.thread, last=2)]
+    assert asyncio.run(session.get_items(limit=0)) == []
+    limited = SemhistSession(session.history, "ramen-agents", session_settings=SessionSettings(limit=3))
+    assert len(asyncio.run(limited.get_items())) == 3
+
+
+def test_pop_and_clear_forget(session):
+    last = session.history.store.messages(session.thread, last=1)[0]
+    popped = asyncio.run(session.pop_item())
+    assert popped["content"] == last.content
+    assert session.history.store.messages(session.thread, last=1)[0].id != last.id
+    asyncio.run(session.clear_session())
+    assert not session.history.store.count(session.thread)
+    assert asyncio.run(session.pop_item()) is None and asyncio.run(session.get_items()) == []
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_an_agent_on_the_local_model_answers_from_semhists_prompt(session, llm_server):
+    from agents import OpenAIChatCompletionsModel
+    from openai import AsyncOpenAI
+
+    from semhist.llm.server import MODEL_NAME
+
+    model = OpenAIChatCompletionsModel(model=MODEL_NAME, openai_client=AsyncOpenAI(base_url=llm_server,
+                                                                                   api_key="local"))
+    agent = Agent(name="ramen", instructions="Answer in one short sentence, from the conversation.", model=model)
+    before = session.history.store.count(session.thread)
+    result = asyncio.run(Runner.run(agent, "一蘭ではどうやって注文した？", session=session,
+                                    run_config=RunConfig(session_input_callback=session.prompt)))
+    assert str(result.final_output).strip()
+    stored = session.history.store.messages(session.thread)
+    assert len(stored) == before + 2 and stored[-1].content == result.final_output
