@@ -333,6 +333,28 @@ def test_an_edit_replaces_the_message_at_its_place_and_the_old_text_is_gone(make
     assert "50,000 euros" in shown and "5,000 euros" not in shown.replace("50,000 euros", "")
 
 
+def test_an_edit_remakes_blocks_only_when_the_message_was_in_one(make_history):
+    from datetime import datetime, timedelta, timezone
+
+    h = make_history()
+    t = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
+    h.add_many("e", [{"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i} about topic {i // 6}",
+                      "id": f"k{i}", "timestamp": (t + timedelta(hours=3 * (i // 6), minutes=i)).isoformat()}
+                     for i in range(60)])
+    stored = h.store.messages("e")
+    tail = next(m for m in reversed(stored) if m.block_no is None)
+    closed = next(m for m in stored if m.block_no is not None and m.block_no >= 0)
+    remade = []
+    resegment = h.store.resegment
+    h.store.resegment = lambda *a, **k: remade.append(a[0]) or resegment(*a, **k)
+    keys = {m.id: f"k{i}" for i, m in enumerate(stored)}
+    h.edit("e", keys[tail.id], "an edited recent line")
+    assert remade == []  # the open tail: no block to remake (the whole thread was segmented twice before)
+    h.edit("e", keys[closed.id], "an edited old line")
+    assert remade == ["e"]  # once
+    assert [m.content for m in h.store.messages("e")].count("an edited old line") == 1
+
+
 @pytest.mark.parametrize("skew", [-30, 0, 30])  # the Teams timestamps behind, with or ahead of ours
 @pytest.mark.parametrize("burst", [2, 5])
 def test_a_burst_keeps_the_request_once_and_what_came_after_it_after_it(make_history, burst, skew):

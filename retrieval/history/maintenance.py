@@ -35,7 +35,8 @@ class Maintenance:
             gone = self.store.forget_messages(thread_id, ids=ids, before=before)
         if gone or whole:
             self._purge(thread_id, gone)
-            if not whole and self.store.count(thread_id):
+            # a message of the open tail belongs to no block yet: only closed blocks are made again
+            if not whole and any(_closed(m) for m in gone) and self.store.count(thread_id):
                 self.store.resegment(thread_id, self.parts.ingestor.segment_tail)
         return len(gone)
 
@@ -51,13 +52,14 @@ class Maintenance:
         except NotFoundError:
             return None
         old = self.store.messages(thread_id, ids=[old_id])[0]
-        self.forget(thread_id, ids=[old_id])
+        gone = self.store.forget_messages(thread_id, ids=[old_id])
+        self._purge(thread_id, gone)
         stamp = old.timestamp.isoformat() if old.timestamp else None
         new = self.add_many(thread_id, [{"role": old.role, "content": content, "name": name or old.name,
                                          "id": key, "timestamp": stamp}]).every_id[0]
-        # stored at its old time among later messages: the blocks are made again around it
-        self.store.resegment(thread_id, self.parts.ingestor.segment_tail)
-        self._purge(thread_id, [])
+        if _closed(old):  # stored at its old time among later messages: the blocks are made again around it
+            self.store.resegment(thread_id, self.parts.ingestor.segment_tail)
+            self._purge(thread_id, [])
         return new
 
     def _purge(self: Any, thread_id: str, gone: list[StoredMessage]) -> None:
@@ -111,3 +113,8 @@ class Maintenance:
         self.store.put_manifest(thread_id, manifests.manifest(self.settings, self.parts.embedder.id, self.parts.embedder.dim))
         self._purge(thread_id, [])
         return n
+
+
+def _closed(message: StoredMessage) -> bool:
+    """Whether the message is in a closed block (not the open tail)."""
+    return message.block_no is not None and message.block_no >= 0
