@@ -7,6 +7,7 @@ different threads run in parallel. Lexical candidates come from a tsvector per c
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,17 @@ def _psycopg():
     return psycopg
 
 
+def _hung_up(conn) -> bool:
+    """Whether an idle connection has something to read: with nothing asked, that is the
+    server closing it (a restart, an idle timeout). Checked before each use, without a round
+    trip, so the first request after a restart does not fail on the old connection."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
 class PostgresStore(SQLStore):
     placeholder = "%s"
     dialect = "postgresql"
@@ -41,6 +53,8 @@ class PostgresStore(SQLStore):
 
     def _conn(self):
         conn = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed and _hung_up(conn):
+            conn.close()  # the server went away (a restart) while this thread's connection was idle
         if conn is None or conn.closed:
             psycopg = _psycopg()
             try:
