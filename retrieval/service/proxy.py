@@ -44,6 +44,14 @@ RELAYED = ("retry-after", "retry-after-ms", "x-should-retry", "x-request-id", "o
 PASSED_ON = ("openai-organization", "openai-project", "openai-beta")  # request headers for the upstream
 
 
+# the headers a proxied request may carry (chat completions and responses alike)
+ThreadHeader = Annotated[str | None, Header(pattern=THREAD_ID_PATTERN, max_length=256,
+                                            description="the thread (else `user`)")]
+BudgetHeader = Annotated[str | None, Header(max_length=32, description="tokens, a share (\"10%\") or billed "
+                                                                     "tokens (\"1000b\"); default: the server's")]
+StrategyHeader = Annotated[str | None, Header(max_length=32)]
+
+
 class ChatCompletionRequest(BaseModel):
     """An OpenAI chat-completions request; every field is forwarded, `messages` replaced by
     semhist's prompt. A message may carry semhist's `id` (idempotency key) and `timestamp`."""
@@ -60,14 +68,9 @@ def chat_api(settings: Settings) -> APIRouter:
     api = APIRouter(tags=["chat"])
 
     @api.post("/v1/chat/completions", response_class=Response, responses=RESPONSES)
-    async def chat_completions(
-            body: ChatCompletionRequest, request: Request,
-            x_semhist_thread: Annotated[str | None, Header(pattern=THREAD_ID_PATTERN, max_length=256,
-                                                           description="the thread (else `user`)")] = None,
-            x_semhist_budget: Annotated[str | None, Header(max_length=32, description="tokens, a share "
-                                                           "(\"10%\") or billed tokens (\"1000b\"); default: "
-                                                           "the server's")] = None,
-            x_semhist_strategy: Annotated[str | None, Header(max_length=32)] = None) -> Response:
+    async def chat_completions(body: ChatCompletionRequest, request: Request, x_semhist_thread: ThreadHeader = None,
+                               x_semhist_budget: BudgetHeader = None,
+                               x_semhist_strategy: StrategyHeader = None) -> Response:
         """OpenAI-compatible chat completions with semhist's memory: send the new turn (or the
         whole history), get the upstream model's answer; the prompt it saw is semhist's."""
         return await relay(request, settings, body.model_dump(exclude_unset=True), x_semhist_budget,

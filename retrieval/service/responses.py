@@ -11,17 +11,16 @@ ours). `instructions` are the system prompt, counted in the budget like a chat r
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from semhist.kernel.items import as_chat, as_input
 from semhist.kernel.settings import Settings
 
-from .proxy import RESPONSES, relay
-from .schemas import THREAD_ID_PATTERN
-from .upstream import Wire, assistant_message
+from .proxy import RESPONSES, BudgetHeader, StrategyHeader, ThreadHeader, relay
+from .upstream import Wire, assistant_message, sse_data
 
 # of the request, what semhist answers for itself instead of forwarding
 OURS = ("input", "instructions", "previous_response_id", "messages")
@@ -49,12 +48,8 @@ def responses_api(settings: Settings) -> APIRouter:
     api = APIRouter(tags=["chat"])
 
     @api.post("/v1/responses", response_class=Response, responses=RESPONSES)
-    async def responses(
-            body: ResponsesRequest, request: Request,
-            x_semhist_thread: Annotated[str | None, Header(pattern=THREAD_ID_PATTERN, max_length=256,
-                                                           description="the thread (else `user`)")] = None,
-            x_semhist_budget: Annotated[str | None, Header(max_length=32)] = None,
-            x_semhist_strategy: Annotated[str | None, Header(max_length=32)] = None) -> Response:
+    async def responses(body: ResponsesRequest, request: Request, x_semhist_thread: ThreadHeader = None,
+                        x_semhist_budget: BudgetHeader = None, x_semhist_strategy: StrategyHeader = None) -> Response:
         """OpenAI Responses API with semhist's memory: send the new turn, get the upstream
         model's response; the input it saw is semhist's prompt."""
         sent = body.model_dump(exclude_unset=True)
@@ -118,14 +113,11 @@ class ResponseStream:
         self.cached: int | None = None
 
     def feed(self, chunk: bytes) -> bool:
-        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        self._pending, events = sse_data(self._pending, chunk)
         ended = False
-        for line in lines:
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
+        for data in events:
             try:
-                event = json.loads(line[5:])
+                event = json.loads(data)
             except ValueError:
                 continue
             if isinstance(event, dict) and event.get("type") in self.ENDS and isinstance(event.get("response"), dict):

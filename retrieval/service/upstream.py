@@ -135,6 +135,13 @@ class Wire:
         return upstream.url if self.route == "/chat/completions" else upstream.beside(self.route)
 
 
+def sse_data(pending: bytes, chunk: bytes) -> tuple[bytes, list[bytes]]:
+    """The `data:` payloads of server-sent events complete in `pending + chunk`, and the
+    bytes left over for the next chunk (a line cut in two)."""
+    *lines, rest = (pending + chunk).split(b"\n")
+    return rest, [line.strip()[5:].strip() for line in lines if line.strip().startswith(b"data:")]
+
+
 class StreamReply:
     """Reads a stream of chat-completion chunks as it passes: the reply's text and tool calls
     (whose ids, names and argument pieces arrive spread over chunks, by index)."""
@@ -151,13 +158,9 @@ class StreamReply:
 
     def feed(self, chunk: bytes) -> bool:
         """Take the next bytes; True when they hold the end of the stream (data: [DONE])."""
-        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        self._pending, events = sse_data(self._pending, chunk)
         ended = False
-        for line in lines:
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
+        for data in events:
             if data == b"[DONE]":
                 self.done = ended = True
             else:
