@@ -156,6 +156,7 @@ IMPORTS = {  # extra: what its users import or run first
     "llamaindex": "from semhist.integrations.llamaindex import SemhistMemory, SemhistMemoryBlock",
     "agent-framework": "from semhist.integrations.agent_framework import SemhistContextProvider",
     "openai-agents": "from semhist.integrations.openai_agents import SemhistSession",
+    "mcp": "from semhist.mcpserver.tools import build",
     "postgres": "from semhist.indexers.store.postgres import _psycopg; _psycopg().pq.version()",
     "eval": "from semhist.scoring import answer_f1; answer_f1('ramen in Sapporo', 'Sapporo ramen')",
 }

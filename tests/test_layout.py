@@ -104,7 +104,7 @@ def test_one_import_gives_the_public_api():
     assert not undocumented
 
 
-FRONT_ENDS = ("semhist.cli", "semhist.service", "semhist.agent", "semhist.integrations")
+FRONT_ENDS = ("semhist.cli", "semhist.service", "semhist.agent", "semhist.integrations", "semhist.mcpserver")
 # What a front end may import besides the public API (`semhist`), the kernel and the front ends:
 # the presentation of results they share, and what the CLI's commands run.
 FRONT_END_MAY_USE = {

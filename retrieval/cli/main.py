@@ -185,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--anonymous", action="store_true", help="accept unauthenticated requests (local development "
                                                             "only; loopback only)")
 
+    p = _command(sub, "mcp", serving.cmd_mcp, SERVING,
+                 help="stored threads as an MCP server: search, recall, add, forget, list (extra semhist[mcp])")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio (started by the client) or streamable HTTP at /mcp")
+    p.add_argument("--host", default="127.0.0.1", help="http: address to listen on; anything but loopback needs "
+                                                       "SEMHIST_API_TOKEN or scoped tokens")
+    p.add_argument("--port", type=int, default=8765)
+
     p = _command(sub, "llm-server", cmd_llm_server, (CACHE,),
                  help="serve the packaged local LLM on 127.0.0.1 (OpenAI-compatible)")
     p.add_argument("--host", default="127.0.0.1")

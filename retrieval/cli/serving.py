@@ -1,4 +1,5 @@
-"""`semhist serve` (the HTTP API) and `semhist agent` (a Microsoft 365 Agents SDK / Teams agent)."""
+"""`semhist serve` (the HTTP API), `semhist agent` (a Microsoft 365 Agents SDK / Teams agent) and
+`semhist mcp` (an MCP server)."""
 
 from __future__ import annotations
 
@@ -23,4 +24,11 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     from ..agent.host import run_agent
 
     run_agent(settings, host=args.host, port=args.port, anonymous=args.anonymous)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from ..mcpserver.run import run_mcp
+
+    run_mcp(settings, transport=args.transport, host=args.host, port=args.port)
     return 0

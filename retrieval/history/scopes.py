@@ -56,25 +56,30 @@ def excerpts(history: History, thread_id: str, vector: np.ndarray, keywords: Key
              readable: Callable[[str], bool] | None = None) -> tuple[Excerpt, ...]:
     """The best stretches of the channel's other threads for the request's query vector (in
     its time range, when it names one). `readable`: which threads the caller may read."""
-    span = keywords.time_range if keywords is not None else None
-    hits: list[tuple[float, str, StoredMessage]] = []
-    for other in history.store.neighbours(thread_id, NEIGHBOURS):
-        if readable is not None and not readable(other):
-            continue
+    others = [t for t in history.store.neighbours(thread_id, NEIGHBOURS) if readable is None or readable(t)]
+    return stretches(history, others, vector, keywords.time_range if keywords is not None else None)
+
+
+def stretches(history: History, threads: list[str], vector: np.ndarray, span=None, hits: int = HITS,
+              keep: int = EXCERPTS) -> tuple[Excerpt, ...]:
+    """The `keep` best stretches of `threads` for a query vector: each thread's `hits` nearest
+    messages (in `span`, a TimeRange, when given), one stretch per block, best first."""
+    found: list[tuple[float, str, StoredMessage]] = []
+    for other in threads:
         try:
-            found = history.search(other, vector, HITS)
+            near = history.search(other, vector, hits)
         except SemhistError as exc:  # another embedder, forgotten meanwhile: not searchable with ours
-            log.info("%s: channel thread %s not searched: %s", thread_id, other, exc)
+            log.info("thread %s not searched: %s", other, exc)
             continue
-        hits += [(score, other, m) for m, score in found if span is None or span.contains(m.timestamp)]
+        found += [(score, other, m) for m, score in near if span is None or span.contains(m.timestamp)]
     chosen: list[tuple[float, str, StoredMessage]] = []
     seen: set[tuple[str, int]] = set()
-    for score, other, m in sorted(hits, key=lambda h: -h[0]):
+    for score, other, m in sorted(found, key=lambda h: -h[0]):
         where = (other, m.block_no if m.block_no is not None and m.block_no >= 0 else -1)  # -1: the open tail
         if where not in seen:
             seen.add(where)
             chosen.append((score, other, m))
-        if len(chosen) == EXCERPTS:
+        if len(chosen) == keep:
             break
     return tuple(_excerpt(history, other, m, score) for score, other, m in chosen)
 

@@ -1,0 +1,1 @@
+"""`semhist mcp`: stored threads as an MCP server (extra `semhist[mcp]`)."""
