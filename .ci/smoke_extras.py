@@ -151,7 +151,8 @@ def post_json(url: str, body: dict, timeout: float) -> tuple[int, bytes]:
 IMPORTS = {  # extra: what its users import or run first
     "service": "import semhist.service.proxy",
     "teams": "from semhist.agent.host import _sdk; _sdk()",
-    "langchain": "from semhist.integrations.langchain import history_factory, pre_model_hook",
+    "langchain": "from semhist.integrations.langchain import history_factory, pre_model_hook; "
+                 "from semhist.integrations.langchain_agents import SemhistMiddleware",
     "langgraph": "from langgraph.prebuilt import create_react_agent",
     "llamaindex": "from semhist.integrations.llamaindex import SemhistMemory, SemhistMemoryBlock",
     "agent-framework": "from semhist.integrations.agent_framework import SemhistContextProvider",

@@ -195,7 +195,33 @@ def test_langgraph_hook_needs_the_thread_id(history):
         hook({"messages": [HumanMessage("hi")]}, {"configurable": {}})
 
 
+def test_create_agent_middleware_sends_semhists_prompt_and_stores_the_tool_loop(history, ramen):
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from semhist.integrations.langchain_agents import SemhistMiddleware
+
+    call = {"name": "lookup", "args": {"shop": "一蘭"}, "id": "call-9", "type": "tool_call"}
+    seen = Seen()
+    model = ToolCallingFake(messages=iter([AIMessage("", tool_calls=[call]), AIMessage("札幌です。")]), callbacks=[seen])
+    agent = create_agent(model, [lookup], system_prompt="Answer from the conversation.", checkpointer=InMemorySaver(),
+                         middleware=[SemhistMiddleware(history, budget=600)])
+    state = ramen_langchain(ramen) + [HumanMessage(RAMEN_REQUEST)]
+    out = agent.invoke({"messages": state}, {"configurable": {"thread_id": "agent-ramen"}})
+    assert out["messages"][-1].content == "札幌です。" and len(out["messages"]) == len(state) + 3  # the state keeps all
+    first, second = seen.calls
+    assert isinstance(first[0], SystemMessage) and first[0].content == "Answer from the conversation."
+    assert sum(isinstance(m, SystemMessage) and m.content == "Answer from the conversation." for m in first) == 1
+    assert first[-1].content == RAMEN_REQUEST and sum(m.content == RAMEN_REQUEST for m in first) == 1
+    assert count_messages(lc.to_openai(first)) < 0.7 * count_messages(lc.to_openai(state))
+    assert [type(m) for m in second[-3:]] == [HumanMessage, AIMessage, ToolMessage]  # the loop's turn whole
+    stored = lc.SemhistChatMessageHistory(history, "agent-ramen").messages
+    assert len(stored) == len(state) + 3 and [type(m) for m in stored[-3:]] == [AIMessage, ToolMessage, AIMessage]
+    assert stored[-3].tool_calls == [call] and stored[-1].content == "札幌です。"
+
+
 @pytest.mark.parametrize("module, package, extra", [("langchain", "langchain_core", "langchain"),
+                                                     ("langchain_agents", "langchain", "langchain"),
                                                      ("llamaindex", "llama_index", "llamaindex")])
 def test_missing_extra_names_it(monkeypatch, module, package, extra):
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
