@@ -23,7 +23,9 @@ Handler = Callable[[argparse.Namespace, Settings], int]
 def cmd_llm_server(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
-    from ..llm.server import MODEL_NAME, model_is_built, model_path, start_server, total_part_bytes, wait_until_ready
+    from ..llm.front import Front
+    from ..llm.server import (MODEL_NAME, free_port, model_is_built, model_path, start_server, total_part_bytes,
+                              wait_until_ready)
 
     if model_is_built(settings.cache_dir):
         path = model_path(settings.cache_dir)
@@ -31,7 +33,11 @@ def cmd_llm_server(args: argparse.Namespace, settings: Settings) -> int:
         with tqdm(total=total_part_bytes(), desc="assembling the model", unit="B", unit_scale=True,
                   file=sys.stderr) as bar:
             path = model_path(settings.cache_dir, progress=bar.update)
-    server = start_server(path, host=args.host, port=args.port, threads=args.threads, ctx_size=args.ctx_size)
+    # llama.cpp on a private loopback port; the front on the one asked for reads tool calls the
+    # model wrote as text (llm/toolcalls.py) and relays everything else as it is
+    private = free_port()
+    server = start_server(path, host="127.0.0.1", port=private, threads=args.threads, ctx_size=args.ctx_size)
+    front = Front(args.host, args.port, f"http://127.0.0.1:{private}")
     base = f"http://{args.host}:{args.port}/v1"
     wait_until_ready(base)
     print(f"serving {MODEL_NAME} at {base}; to use it:\n"
@@ -43,6 +49,7 @@ def cmd_llm_server(args: argparse.Namespace, settings: Settings) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        front.close()
         del server
     return 0
 

@@ -120,3 +120,12 @@ def wait_until_ready(base_url: str, timeout: float = 120.0) -> None:
             last = str(exc)
         time.sleep(0.25)
     raise BackendError(f"the local LLM server at {url} was not ready after {timeout:.0f}s ({last})")
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for llama.cpp behind `semhist llm-server`'s front)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
