@@ -30,6 +30,9 @@ class Front:
 def _handler(backend: str):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # each streamed token is one small write: without this, Nagle's algorithm holds it until
+        # the client's delayed ACK (up to 40 ms on Linux)
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):  # llama.cpp logs each request already
             pass
