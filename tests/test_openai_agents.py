@@ -118,3 +118,18 @@ def test_an_agent_on_the_local_model_answers_from_semhists_prompt(session, llm_s
     assert str(result.final_output).strip()
     stored = session.history.store.messages(session.thread)
     assert len(stored) == before + 2 and stored[-1].content == result.final_output
+
+
+def test_replies_of_a_chat_completions_model_are_each_stored(session):
+    """The SDK gives every message from a chat-completions model the id "__fake_id__": a second
+    reply keyed by it was taken for the first and never stored (found by docs/samples)."""
+    from agents.models.fake_id import FAKE_RESPONSES_ID
+
+    before = session.history.store.count(session.thread)
+    for text in ("platform 3", "at 7:40"):
+        asyncio.run(session.add_items([{"role": "user", "content": f"when? {text}"},
+                                       {"id": FAKE_RESPONSES_ID, "type": "message", "role": "assistant",
+                                        "status": "completed",
+                                        "content": [{"type": "output_text", "text": text, "annotations": []}]}]))
+    assert [m.content for m in session.history.store.messages(session.thread)[before:]] == [
+        "when? platform 3", "platform 3", "when? at 7:40", "at 7:40"]

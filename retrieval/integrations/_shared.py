@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 from semhist.kernel.errors import InputError
-from semhist.kernel.model import as_message
+from semhist.kernel.model import as_message, content_text
 from semhist.kernel.validate import check_request
 from semhist.kernel.model import api_name
 from semhist.kernel.settings import Budget
@@ -41,15 +41,25 @@ def as_budget(value: BudgetLike) -> Budget | None:
 def stored(history: History, thread_id: str, last: int | None = None) -> list[dict[str, Any]]:
     """The stored thread (its newest `last` messages) as OpenAI dicts with ids; an unknown
     thread has none."""
-    return [_as_dict(m) for m in history.store.messages(thread_id, last=last)]
+    return [as_dict(m) for m in history.store.messages(thread_id, last=last)]
 
 
-def _as_dict(message: StoredMessage) -> dict[str, Any]:
+def as_dict(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as the OpenAI dict an adapter hands out, its id marking it as ours."""
     out = as_message(message).to_openai()
     if message.name:  # a prompt sends an API-safe name; a memory gives back the name it was given
         out["name"] = message.name
     out["id"] = f"{OWN_ID}{message.id}"
     return out
+
+
+def request_and_turn(dicts: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The last user message's text and, when the model's tool calls came after it, the
+    turn: it and them."""
+    for pos in range(len(dicts) - 1, -1, -1):
+        if dicts[pos]["role"] == "user":
+            return content_text(dicts[pos].get("content")), dicts[pos:] if pos < len(dicts) - 1 else []
+    raise InputError("the conversation holds no user message for semhist to answer", field="messages")
 
 
 def store(history: History, thread_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
@@ -123,6 +133,6 @@ def current_turn(history: History, thread_id: str) -> tuple[str | None, list[dic
     tail = history.store.messages(thread_id, last=LOOKBACK)
     for pos in range(len(tail) - 1, -1, -1):
         if tail[pos].role == "user":
-            turn = [_as_dict(m) for m in tail[pos:]] if pos < len(tail) - 1 else []
+            turn = [as_dict(m) for m in tail[pos:]] if pos < len(tail) - 1 else []
             return tail[pos].content, turn
     return None, []

@@ -27,7 +27,6 @@ try:
 except ImportError as exc:
     raise missing_extra("langchain-core", "langchain") from exc
 
-from semhist.kernel.model import content_text
 
 from semhist import History
 from . import _shared
@@ -96,8 +95,8 @@ def pre_model_hook(history: History, *, thread_id_key: str = "thread_id", strate
     _shared.as_budget(budget)  # a bad budget fails where the graph is built, not on its first turn
 
     def semhist_pre_model_hook(state: Any, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
-        thread_id, dicts = _store_state(history, state, config, thread_id_key)
-        request, turn = _request(dicts)
+        thread_id, dicts = store_state(history, state, config, thread_id_key)
+        request, turn = _shared.request_and_turn(dicts)
         prompt = _shared.prompt(history, thread_id, request, turn=turn, strategy=strategy,
                                 budget=budget, system_prompt=system_prompt, log=log)
         return {"llm_input_messages": from_openai(prompt)}
@@ -110,13 +109,14 @@ def post_model_hook(history: History, *, thread_id_key: str = "thread_id") -> Ca
     which the pre-model hook would store only on the next turn); it changes no state."""
 
     def semhist_post_model_hook(state: Any, config: RunnableConfig) -> dict:
-        _store_state(history, state, config, thread_id_key)
+        store_state(history, state, config, thread_id_key)
         return {}
 
     return semhist_post_model_hook
 
 
-def _store_state(history: History, state: Any, config: RunnableConfig | None, key: str) -> tuple[str, list[dict]]:
+def store_state(history: History, state: Any, config: RunnableConfig | None, key: str) -> tuple[str, list[dict]]:
+    """Store the graph state's messages not stored yet; the thread and the state as dicts."""
     thread_id = _thread_of(config, key)
     dicts = _keyed(to_openai(_state_messages(state)))
     _shared.store(history, thread_id, dicts)
@@ -146,15 +146,6 @@ def _keyed(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             body = json.dumps({k: v for k, v in d.items() if k != "timestamp"}, sort_keys=True, default=str)
             d["id"] = "state:" + hashlib.sha256(f"{pos}\x00{body}".encode()).hexdigest()[:32]
     return dicts
-
-
-def _request(dicts: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """The last human message's text and, when the model's tool calls came after it, the
-    turn: it and them."""
-    for pos in range(len(dicts) - 1, -1, -1):
-        if dicts[pos]["role"] == "user":
-            return content_text(dicts[pos].get("content")), dicts[pos:] if pos < len(dicts) - 1 else []
-    raise InputError("the graph state holds no human message for semhist to answer", field="messages")
 
 
 # -- conversion ----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ except ImportError as exc:
 from semhist import History
 from . import _shared
 from ._shared import BudgetLike
-from .langchain import _request, _store_state, from_openai, log
+from .langchain import from_openai, log, store_state
 
 __all__ = ["SemhistMiddleware"]
 
@@ -43,8 +43,8 @@ class SemhistMiddleware(AgentMiddleware):
         self.budget, self.system_prompt = _shared.as_budget(budget), system_prompt
 
     def _prompt(self, request: ModelRequest, config: Any) -> ModelRequest:
-        thread_id, dicts = _store_state(self.history, request.state, config, self.key)
-        asked, turn = _request(dicts)
+        thread_id, dicts = store_state(self.history, request.state, config, self.key)
+        asked, turn = _shared.request_and_turn(dicts)
         system = self.system_prompt if self.system_prompt is not None else request.system_prompt
         prompt = _shared.prompt(self.history, thread_id, asked, turn=turn, strategy=self.strategy,
                                 budget=self.budget, system_prompt=system, log=log)
@@ -57,9 +57,9 @@ class SemhistMiddleware(AgentMiddleware):
         return await handler(await asyncio.to_thread(self._prompt, request, get_config()))
 
     def after_model(self, state: Any, runtime: Any) -> None:
-        _store_state(self.history, state, get_config(), self.key)  # the reply, stored at once
+        store_state(self.history, state, get_config(), self.key)  # the reply, stored at once
         return None
 
     async def aafter_model(self, state: Any, runtime: Any) -> None:
-        await asyncio.to_thread(_store_state, self.history, state, get_config(), self.key)
+        await asyncio.to_thread(store_state, self.history, state, get_config(), self.key)
         return None

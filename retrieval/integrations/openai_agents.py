@@ -29,6 +29,7 @@ from semhist.kernel.items import as_chat, as_input
 
 try:
     from agents.memory import SessionSettings
+    from agents.models.fake_id import FAKE_RESPONSES_ID
 except ImportError as exc:
     raise missing_extra("openai-agents", "openai-agents") from exc
 
@@ -95,7 +96,7 @@ class SemhistSession:
         message = await asyncio.to_thread(pop)
         if message is None:
             return None
-        items = as_input([_shared.prompt_form(_shared._as_dict(message))])
+        items = as_input([_shared.prompt_form(_shared.as_dict(message))])
         return items[-1] if items else None
 
     async def clear_session(self) -> None:
@@ -148,4 +149,7 @@ def _key(item: dict[str, Any]) -> str | None:
         return f"{item['call_id']}:output" if item.get("call_id") else None
     if item.get("type") == "function_call":
         return f"call:{item['call_id']}" if item.get("call_id") else None
-    return item["id"] if isinstance(item.get("id"), str) and item["id"] else None
+    key = item.get("id")
+    # the SDK gives every message from a chat-completions model the same placeholder id: keyed
+    # by it, each reply after the first would be taken for the first and dropped
+    return key if isinstance(key, str) and key and key != FAKE_RESPONSES_ID else None
