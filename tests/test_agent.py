@@ -160,15 +160,36 @@ def test_a_broken_llm_gets_an_apology_within_the_timeout(tmp_path, cache_dir, mo
     assert [m.role for m in stored(server, "19:bad@thread.tacv2")] == ["user"]  # the apology is not history
 
 
+def stored_ramen(tmp_path, cache_dir, conv: str) -> None:
+    """The ramen sample stored under `conv` in the store the agent of `tmp_path` will open."""
+    from semhist import History
+
+    history = History(Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir), llm=None)
+    try:
+        history.ingest(conv, load(SAMPLES / "ramen.json").only())
+    finally:
+        history.close()
+
+
+def streaming_agent(tmp_path, cache_dir, llm_env, conv: str, activity_id: str, kind: str):
+    """An agent on the local model, the ramen thread under `conv`, a connector stand-in its
+    replies go to, and a Teams activity of conversation type `kind` sent as Teams sends it."""
+    from .servers import Connector
+
+    stored_ramen(tmp_path, cache_dir, conv)
+    connector = Connector()
+    server = start_agent(tmp_path, cache_dir, {**llm_env, "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local",
+                                               "SEMHIST_ANSWER_TOKENS": "48"})
+    body = activity(RAMEN_REQUEST, activity_id, conv, timestamp="2025-08-12T12:00:00Z", serviceUrl=connector.url)
+    body["conversation"]["conversationType"] = kind
+    body.pop("deliveryMode")  # replies go to the connector, as in Teams
+    return server, connector, body
+
+
 @pytest.mark.llm
 def test_it_answers_with_the_local_llm(tmp_path, cache_dir, llm_env):
     conv = "19:ramen-llm@thread.tacv2;messageid=9"
-    from semhist import History
-
-    settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
-    history = History(settings, llm=None)
-    history.ingest(conv, load(SAMPLES / "ramen.json").only())
-    history.close()
+    stored_ramen(tmp_path, cache_dir, conv)
     relay = Recorder(llm_env["OPENAI_BASE_URL"])  # what the model was sent
     server = start_agent(tmp_path, cache_dir, {**llm_env, "OPENAI_BASE_URL": relay.url,
                                                "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local"})
@@ -192,21 +213,8 @@ def test_it_answers_with_the_local_llm(tmp_path, cache_dir, llm_env):
 
 @pytest.mark.llm
 def test_a_one_to_one_chat_gets_the_answer_streamed_and_stored_once(tmp_path, cache_dir, llm_env):
-    from .servers import Connector
-
     conv = "a:1stream-personal"
-    from semhist import History
-
-    settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
-    history = History(settings, llm=None)
-    history.ingest(conv, load(SAMPLES / "ramen.json").only())
-    history.close()
-    connector = Connector()
-    server = start_agent(tmp_path, cache_dir, {**llm_env, "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local",
-                                               "SEMHIST_ANSWER_TOKENS": "48"})
-    body = activity(RAMEN_REQUEST, "1722211600000", conv, timestamp="2025-08-12T12:00:00Z", serviceUrl=connector.url)
-    body["conversation"]["conversationType"] = "personal"
-    body.pop("deliveryMode")  # replies go to the connector, as in Teams
+    server, connector, body = streaming_agent(tmp_path, cache_dir, llm_env, conv, "1722211600000", "personal")
     try:
         assert httpx.post(server.url + "/api/messages", json=body, timeout=600).status_code in (200, 202)
         assert wait_for(lambda: any(a["type"] == "message" for a in connector.activities), 60)
@@ -228,21 +236,8 @@ def test_a_one_to_one_chat_gets_the_answer_streamed_and_stored_once(tmp_path, ca
 
 @pytest.mark.llm
 def test_a_group_chat_gets_typing_an_ack_and_the_answer_later_stored_once(tmp_path, cache_dir, llm_env):
-    from .servers import Connector
-
     conv = "19:proactive-group@thread.v2"
-    from semhist import History
-
-    settings = Settings.load(env={}, data_dir=tmp_path / "data", cache_dir=cache_dir)
-    history = History(settings, llm=None)
-    history.ingest(conv, load(SAMPLES / "ramen.json").only())
-    history.close()
-    connector = Connector()
-    server = start_agent(tmp_path, cache_dir, {**llm_env, "SEMHIST_LLM_TIMEOUT": "400", "SEMHIST_KEYWORD": "local",
-                                               "SEMHIST_ANSWER_TOKENS": "48"})
-    body = activity(RAMEN_REQUEST, "1722211700000", conv, timestamp="2025-08-12T12:00:00Z", serviceUrl=connector.url)
-    body["conversation"]["conversationType"] = "groupChat"
-    body.pop("deliveryMode")
+    server, connector, body = streaming_agent(tmp_path, cache_dir, llm_env, conv, "1722211700000", "groupChat")
     try:
         began = time.monotonic()
         assert httpx.post(server.url + "/api/messages", json=body, timeout=60).status_code in (200, 202)

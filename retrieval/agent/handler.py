@@ -55,10 +55,12 @@ def sources_text(head: str, stretches: list[str]) -> str:
 class SemhistAgent:
     def __init__(self, history: History, *, strategy: str = "blocks", budget: Budget | None = None,
                  system_prompt: str | None = None, timeout: float | None = None, answer_tokens: int | None = None,
-                 app_id: str = ""):
+                 app_id: str = "", framework: Any = None):
         """`app_id`: the Azure Bot registration's client id, which proactive answers are sent as
-        ("" without one: local development)."""
+        ("" without one: local development). `framework`: a `FrameworkAnswers` whose agent
+        writes the answers instead of the configured LLM (framework.py)."""
         self.history, self.strategy, self.budget, self.app_id = history, strategy, budget, app_id
+        self.framework = framework
         self.system_prompt = system_prompt or history.settings.system_prompt or ANSWER_GUIDANCE
         # semhist's guidance comes with its reminder before the request, as in `ask --answer`;
         # an operator's own system prompt is left to stand alone
@@ -183,6 +185,12 @@ class SemhistAgent:
     async def reply(self, thread: str, text: str) -> tuple[str, bool]:
         """The answer to `text` (and True), or an apology saying what failed (and False: not
         history); never raises, never waits much past `timeout`."""
+        if self.framework is not None:
+            try:
+                answer = await asyncio.wait_for(self.framework.answer(thread, text), self.timeout)
+            except (SemhistError, asyncio.TimeoutError) as exc:
+                return self.no_answer(exc), False
+            return (answer.strip(), True) if answer.strip() else (EMPTY_ANSWER, False)
         start = time.monotonic()
         prompt = await self.prompt(thread, text)
         if isinstance(prompt, str):

@@ -52,9 +52,11 @@ def connections(env: Mapping[str, str], anonymous: bool) -> Any:
     return config, sdk["MsalConnectionManager"](**config)
 
 
-def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, str] | None = None) -> Any:
+def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, str] | None = None,
+              framework: Any = None) -> Any:
     """The aiohttp application: POST /api/messages (the SDK's JWT check unless anonymous) and
-    GET /healthz. The history is closed when the application shuts down."""
+    GET /healthz. The history is closed when the application shuts down. `framework`: a
+    `FrameworkAnswers` that writes the answers (framework.py)."""
     from .handler import SemhistAgent
     from .memory import ThreadMemory
 
@@ -67,7 +69,7 @@ def build_app(history: History, *, anonymous: bool = False, env: Mapping[str, st
     app = sdk["AgentApplication"][sdk["TurnState"]](storage=sdk["MemoryStorage"](), connection_manager=conns,
                                                     start_typing_timer=False, **config)
     service = config.get("CONNECTIONS", {}).get("SERVICE_CONNECTION", {}).get("SETTINGS", {})
-    SemhistAgent(history, app_id=service.get("CLIENTID", "")).register(app)
+    SemhistAgent(history, app_id=service.get("CLIENTID", ""), framework=framework).register(app)
 
     async def messages(request):
         problem = await _malformed(request)
@@ -126,7 +128,7 @@ async def _malformed(request: Any) -> str | None:
     return None
 
 
-def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> None:
+def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool, framework_agent: str | None = None) -> None:
     if anonymous and host not in LOOPBACK:
         raise ConfigError(f"--anonymous listens on loopback only (127.0.0.1), not {host}")
     if anonymous:
@@ -137,10 +139,17 @@ def run_agent(settings: Settings, *, host: str, port: int, anonymous: bool) -> N
 
     one_native_thread()
     history = History(settings)
-    app = build_app(history, anonymous=anonymous)
+    framework = None
+    if framework_agent:  # made before listening: a broken factory stops the start and says why
+        from .framework import FrameworkAnswers, load_factory
+
+        framework = FrameworkAnswers(history, load_factory(framework_agent))
+    app = build_app(history, anonymous=anonymous, framework=framework)
     history.parts.embedder.embed(["warm up"], "query")
-    log.info("agent at http://%s:%d/api/messages; store %s; LLM %s", host, port, _redacted(settings.db_url),
-             history.parts.llm.model if history.parts.llm else "none configured (replies say so)")
+    answers = (f"the agent of {framework_agent}" if framework else
+               history.parts.llm.model if history.parts.llm else "none configured (replies say so)")
+    log.info("agent at http://%s:%d/api/messages; store %s; answers by %s", host, port,
+             _redacted(settings.db_url), answers)
     _sdk()["web"].run_app(app, host=host, port=port, print=None)
 
 

@@ -44,9 +44,10 @@ async def stream_reply(agent: Any, context: Any, thread: str, text: str) -> None
     response = context.streaming_response
     response.queue_informative_update(INFORMATIVE)
     start = time.monotonic()
-    prompt = await agent.prompt(thread, text)
+    # a framework agent's run is answered whole (its tool loop decides when the text starts)
+    prompt = None if agent.framework is not None else await agent.prompt(thread, text)
     llm = agent.history.parts.llm
-    if isinstance(prompt, str) or not hasattr(llm, "stream"):
+    if prompt is None or isinstance(prompt, str) or not hasattr(llm, "stream"):
         answer, answered = (prompt, False) if isinstance(prompt, str) else await agent.reply(thread, text)
         context.turn_state[NO_STORE] = not answered
         response.queue_text_chunk(answer)

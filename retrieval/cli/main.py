@@ -191,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=3978)
     p.add_argument("--anonymous", action="store_true", help="accept unauthenticated requests (local development "
                                                             "only; loopback only)")
+    p.add_argument("--framework-agent", metavar="FILE.py:NAME",
+                   help="answer with a Microsoft Agent Framework agent: NAME(memory) returns an Agent that uses "
+                        "memory as a context provider (extra semhist[agent-framework]; docs/samples/"
+                        "teams_agent_framework.py)")
 
     p = _command(sub, "mcp", serving.cmd_mcp, SERVING,
                  help="stored threads as an MCP server: search, recall, add, forget, list (extra semhist[mcp])")

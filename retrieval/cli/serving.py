@@ -23,7 +23,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     from ..agent.host import run_agent
 
-    run_agent(settings, host=args.host, port=args.port, anonymous=args.anonymous)
+    run_agent(settings, host=args.host, port=args.port, anonymous=args.anonymous,
+              framework_agent=args.framework_agent)
     return 0
 
 
