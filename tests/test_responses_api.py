@@ -77,6 +77,9 @@ def test_the_turn_is_stored_before_an_unreachable_upstream_is_a_502(tmp_path, ca
         assert listed["resp-t"] == 1  # kept for the next turn
         nameless = httpx.post(server.url + "/v1/responses", json={"model": "m", "input": "hi"}, timeout=60)
         assert nameless.status_code == 422 and "X-Semhist-Thread" in nameless.json()["error"]["message"]
+        unknown = httpx.post(server.url + "/v1/responses", timeout=60,
+                             json={"model": "m", "input": "hi", "previous_response_id": "resp_never"})
+        assert unknown.status_code == 422 and "previous_response_id" in unknown.json()["error"]["message"]
     finally:
         server.stop()
         relay.close()
@@ -103,8 +106,11 @@ def test_the_openai_client_gets_responses_on_semhists_prompt_whole_and_streamed(
                                         input="When does the release freeze?", max_output_tokens=40)
         assert whole.output_text.strip()
         assert "December 12" in json.dumps(relay.bodies[-1]["input"])  # what the model was sent: semhist's
-        events = list(client.responses.create(model=MODEL_NAME, input="Thanks. And what did I ask before?",
-                                              max_output_tokens=40, stream=True))
+        assert whole.id and "previous_response_id" not in relay.bodies[-1]
+        # a client that chains responses names no thread: previous_response_id finds it
+        chained = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600)
+        events = list(chained.responses.create(model=MODEL_NAME, input="Thanks. And what did I ask before?",
+                                               previous_response_id=whole.id, max_output_tokens=40, stream=True))
         kinds = [e.type for e in events]
         assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
         streamed = events[-1].response.output_text

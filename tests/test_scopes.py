@@ -128,3 +128,15 @@ def test_a_channel_ask_searches_a_bounded_number_of_threads(make_history, monkey
     assert len(searched) == scopes.NEIGHBOURS  # the most recently written, whatever the channel's size
     assert f"{PROJECT};messageid={100 + scopes.NEIGHBOURS + 8}" in searched
     assert len(result.prompt.selection.elsewhere) <= scopes.EXCERPTS
+
+
+def test_a_relayed_response_names_its_thread_until_the_thread_is_forgotten(make_history):
+    """`previous_response_id` continues the thread its response was stored in (the proxy's
+    Responses API); the record goes with the thread, and by date with retention."""
+    h = make_history()
+    h.add("resp-chain", "user", "hello")
+    h.store.note_response("resp_1", "resp-chain")
+    h.store.note_response("resp_1", "other")  # an id already recorded keeps its thread
+    assert h.store.response_thread("resp_1") == "resp-chain" and h.store.response_thread("resp_2") is None
+    h.forget("resp-chain")
+    assert h.store.response_thread("resp_1") is None

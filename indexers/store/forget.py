@@ -16,7 +16,7 @@ from semhist.kernel.errors import InputError
 from .records import StoredMessage
 from .rows import COLUMNS, chunks, marks, message_row, request_key, terms_column
 
-TABLES = ("turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
+TABLES = ("response_threads", "turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
 
 class ForgetMixin:
@@ -59,6 +59,7 @@ class ForgetMixin:
                 gone = [message_row(r) for r in cur.fetchall()]
                 cur.execute(self._sql("DELETE FROM messages WHERE thread_id = ? AND sort_ts < ?"), (thread_id, cutoff))
                 cur.execute(self._sql("DELETE FROM turn_log WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
+                cur.execute(self._sql("DELETE FROM response_threads WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
             if gone:
                 self._forget_derived(cur, thread_id, gone)
                 if ids is not None:  # by date, the log went by the same date above

@@ -140,6 +140,13 @@ ALTER TABLE threads ADD COLUMN tenant TEXT;
 ALTER TABLE threads ADD COLUMN channel TEXT;
 CREATE INDEX threads_scope ON threads (tenant, channel);
 """, None),
+    # The thread of each reply the proxy relayed on the Responses API: a request that names only
+    # `previous_response_id` continues that thread, on whichever replica it reaches.
+    ("0010_response_threads", """
+CREATE TABLE response_threads (response_id TEXT PRIMARY KEY,
+  thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE, at {real} NOT NULL);
+CREATE INDEX response_threads_thread ON response_threads (thread_id, at);
+""", None),
 )
 
 

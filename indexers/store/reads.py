@@ -39,6 +39,14 @@ class ReadMixin:
             cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE thread_id = ? ORDER BY sort_ts, id"), (thread_id,))
             return [message_row(r, with_vectors) for r in cur.fetchall()]
 
+    def earlier(self: Any, thread_id: str, before: Key, limit: int) -> list[StoredMessage]:
+        """The newest `limit` messages before `before` (exclusive), oldest first: a page back
+        through the thread, one index range whatever its length."""
+        with self._read() as cur:
+            cur.execute(self._sql(f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? AND (sort_ts, id) < (?, ?) "
+                                  "ORDER BY sort_ts DESC, id DESC LIMIT ?"), (thread_id, before[0], before[1], int(limit)))
+            return [message_row(r) for r in reversed(cur.fetchall())]
+
     def last_ids(self: Any, thread_id: str, n: int) -> list[int]:
         """The ids of the newest `n` messages, oldest first."""
         with self._read() as cur:

@@ -1,9 +1,10 @@
-"""Where threads belong: a tenant and a channel recorded on the thread, and the threads that
-share them (a Teams channel's reply chains). A thread's place is set once: a write that names
+"""Where threads belong: a tenant and a channel recorded on the thread, the threads that share
+them (a Teams channel's reply chains), and the thread each relayed response belongs to. A thread's place is set once: a write that names
 another tenant or channel for it is refused, so a thread never changes hands."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from semhist.kernel.errors import InputError
@@ -49,3 +50,17 @@ class ScopeMixin:
                                   f"ORDER BY {newest} DESC, thread_id LIMIT ?"),
                         (*(() if place.tenant is None else (place.tenant,)), place.channel, thread_id, int(limit)))
             return [r[0] for r in cur.fetchall()]
+
+    def note_response(self: Any, response_id: str, thread_id: str) -> None:
+        """Record that the response `response_id` (a Responses API reply) belongs to the thread
+        (the first record of an id stays)."""
+        with self._write(thread_id) as cur:
+            cur.execute(self._sql("INSERT INTO response_threads (response_id, thread_id, at) VALUES (?, ?, ?) "
+                                  "ON CONFLICT (response_id) DO NOTHING"), (response_id, thread_id, time.time()))
+
+    def response_thread(self: Any, response_id: str) -> str | None:
+        """The thread a recorded response belongs to (None: not recorded, or forgotten)."""
+        with self._read() as cur:
+            cur.execute(self._sql("SELECT thread_id FROM response_threads WHERE response_id = ?"), (response_id,))
+            row = cur.fetchone()
+        return row[0] if row else None

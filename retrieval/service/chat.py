@@ -69,6 +69,21 @@ def thread_of(headers: Mapping[str, str], body: Mapping[str, Any], grant: Grant,
     raise InputError("name the thread: an X-Semhist-Thread header, or the request's `user` field", field="user")
 
 
+def names_thread(headers: Mapping[str, str], body: Mapping[str, Any]) -> bool:
+    """Whether the request names its thread itself (the header, or `user`)."""
+    user = body.get("user")
+    return headers.get(THREAD_HEADER) is not None or (isinstance(user, str) and bool(user.strip()))
+
+
+def continued(response_id: str, thread: str | None, grant: Grant) -> str:
+    """The thread of `previous_response_id` (as the store recorded it), if the token may reach it."""
+    if thread is None:
+        raise InputError(f"previous_response_id {response_id[:80]!r} names no response semhist relayed (or its "
+                         "thread was forgotten): name the thread with an X-Semhist-Thread header or `user`",
+                         field="previous_response_id")
+    return grant.check(thread)
+
+
 def prepare(history: History, settings: Settings, thread_id: str, body: dict[str, Any], *,
             budget: Budget | None = None, strategy: str = "blocks", model: str | None = None,
             cache_key: bool = False) -> Turn:

@@ -29,7 +29,7 @@ from . import chat
 from .errors import UpstreamError, UpstreamTimeout
 from .metrics import metrics
 from .schemas import THREAD_ID_PATTERN, Error
-from .upstream import CHAT, Upstream, Wire, upstream_of
+from .upstream import CHAT, Upstream, Wire, response_id_of, upstream_of
 
 log = logging.getLogger("semhist.service")
 
@@ -96,14 +96,20 @@ def chat_api(settings: Settings) -> APIRouter:
 
 async def relay(request: Request, settings: Settings, data: dict[str, Any], budget: str | None,
                 strategy: str | None, wire: Wire = CHAT,
-                reshape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Response:
+                reshape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                continues: str | None = None) -> Response:
     """One proxied turn: the thread named, the new messages stored, semhist's prompt built
-    (`data` in chat-completions form), then `reshape`d into the wire's body and forwarded."""
+    (`data` in chat-completions form), then `reshape`d into the wire's body and forwarded.
+    `continues`: a response id whose thread this is, when nothing else names one."""
     upstream = upstream_of(settings)  # before anything is stored
     if wire.url(upstream) is None:
         raise ConfigError(f"the upstream ({upstream.url.split('?')[0]}) has no {wire.route} route (an Azure "
                           "deployment URL): use POST /v1/chat/completions")
-    thread = chat.thread_of(request.headers, data, request.state.grant, await _secret(request))
+    if continues is not None and not chat.names_thread(request.headers, data):
+        thread = chat.continued(continues, await _in_pool(request, functools.partial(
+            request.app.state.history.store.response_thread, continues[:200])), request.state.grant)
+    else:
+        thread = chat.thread_of(request.headers, data, request.state.grant, await _secret(request))
     history: History = request.app.state.history
     prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
                                 budget=chat.budget_of(budget), strategy=strategy or "blocks",
@@ -205,11 +211,19 @@ class Forward:
         if reply is None:
             return
         try:
-            added = await _in_pool(self.request, functools.partial(
-                self.request.app.state.history.add_many, self.turn.thread_id, [reply]))
+            added = await _in_pool(self.request, functools.partial(self._keep, reply))
             metrics().added.inc(added.added)
         except SemhistError as exc:  # the answer still reaches the client
             log.warning("%s: could not store the reply: %s", self.turn.thread_id, exc)
+
+
+    def _keep(self, reply: dict[str, Any]) -> Any:
+        history: History = self.request.app.state.history
+        added = history.add_many(self.turn.thread_id, [reply])
+        response = response_id_of(reply) if self.wire.notes_responses else None
+        if response:
+            history.store.note_response(response, self.turn.thread_id)
+        return added
 
 
 class _errors:

@@ -5,7 +5,8 @@ and the upstream's `/responses` answers; the reply is read from its output items
 
 `previous_response_id` names state kept by the provider; semhist's prompt already carries the
 thread's history, so it is not forwarded (the provider would add its copy of the history to
-ours). `instructions` are the system prompt, counted in the budget like a chat request's.
+ours). It names the thread instead, when nothing else does: each relayed response's id is
+recorded with its thread (`store.note_response`), on every replica's shared store. `instructions` are the system prompt, counted in the budget like a chat request's.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ class ResponsesRequest(BaseModel):
     user: str | None = Field(default=None, description="names the thread when X-Semhist-Thread is not given")
     safety_identifier: str | None = Field(default=None, description="names the thread when neither the header "
                                                                     "nor `user` does")
-    previous_response_id: str | None = Field(default=None, description="not forwarded: the thread's history "
-                                                                       "is in semhist's prompt")
+    previous_response_id: str | None = Field(default=None, description="names the thread of that response "
+                                                                       "when neither the header nor `user` "
+                                                                       "does; not forwarded (the thread's "
+                                                                       "history is in semhist's prompt)")
 
 
 def responses_api(settings: Settings) -> APIRouter:
@@ -63,7 +66,9 @@ def responses_api(settings: Settings) -> APIRouter:
                 out["prompt_cache_key"] = prompt["prompt_cache_key"]
             return out
 
-        return await relay(request, settings, data, x_semhist_budget, x_semhist_strategy, RESPONSES_WIRE, reshape)
+        previous = sent.get("previous_response_id")
+        return await relay(request, settings, data, x_semhist_budget, x_semhist_strategy, RESPONSES_WIRE, reshape,
+                           continues=previous if isinstance(previous, str) and previous else None)
 
     return api
 
@@ -130,4 +135,4 @@ class ResponseStream:
         return response_reply(self._final) if self._final is not None else None
 
 
-RESPONSES_WIRE = Wire("/responses", response_reply, response_cached, ResponseStream)
+RESPONSES_WIRE = Wire("/responses", response_reply, response_cached, ResponseStream, notes_responses=True)

@@ -121,6 +121,12 @@ def assistant_message(content: Any, tool_calls: Any, response_id: Any) -> dict[s
     return out
 
 
+def response_id_of(reply: dict[str, Any]) -> str | None:
+    """The upstream's response id in a stored reply's key (`assistant_message`)."""
+    key = reply.get("id")
+    return key.rsplit(":", 1)[0] if isinstance(key, str) and ":" in key else None
+
+
 @dataclass(frozen=True)
 class Wire:
     """One API the proxy speaks: where its upstream route is, and how a reply (whole, or as
@@ -130,6 +136,8 @@ class Wire:
     reply_of: Callable[[bytes], dict[str, Any] | None]
     cached_of: Callable[[bytes], int | None]
     reader: Callable[[], Any]  # a fresh stream reader: feed(chunk) -> ended, message(), cached
+    # the reply's response id is recorded with its thread (`previous_response_id` finds it)
+    notes_responses: bool = False
 
     def url(self, upstream: Upstream) -> str | None:
         return upstream.url if self.route == "/chat/completions" else upstream.beside(self.route)
