@@ -83,6 +83,11 @@ ROUTES = [  # (method, path, body): every route that names a thread
     ("post", "/v1/threads/{t}/messages", {"messages": [{"role": "user", "content": "planted"}]}),
     ("post", "/v1/threads/{t}/context", {"request": "what is the secret?"}),
     ("get", "/v1/threads/{t}/log", None),
+    ("get", "/v1/threads/{t}/messages", None),  # the inspector's reads
+    ("get", "/v1/threads/{t}/blocks", None),
+    ("get", "/v1/threads/{t}/memory", None),
+    ("get", "/v1/threads/{t}/stats", None),
+    ("post", "/v1/threads/{t}/try", {"request": "what is the secret?", "strategies": ["blocks"]}),
     ("delete", "/v1/threads/{t}/messages/k1?by=key", None),
     ("delete", "/v1/threads/{t}", None),
 ]
@@ -198,5 +203,11 @@ def test_a_channel_ask_reaches_only_the_channels_threads_the_token_may_read(tena
     moved = httpx.post(f"{tenants.url}/v1/threads/a-chain-1/messages", headers=_auth(TOKEN_A), timeout=60, json={
         "messages": [{"role": "user", "content": "x"}], "tenant": "fabrikam"})
     assert moved.status_code == 422 and "another tenant" in moved.json()["error"]["message"]
+    # a refused batch with a place leaves no empty thread behind
+    bad = httpx.post(f"{tenants.url}/v1/threads/a-chain-9/messages", headers=_auth(TOKEN_A), timeout=60, json={
+        "messages": [{"role": "user", "content": "ok"}, {"role": "wizard", "content": "x"}], **channel})
+    assert bad.status_code == 422
+    listed = httpx.get(f"{tenants.url}/v1/threads", headers=_auth(TOKEN_A), timeout=60).json()
+    assert "a-chain-9" not in json.dumps(listed)
     assert httpx.post(f"{tenants.url}/v1/threads/a-chain-2/context", headers=_auth(TOKEN_A), timeout=60,
                       json={"request": "x", "scope": "everywhere"}).status_code == 422

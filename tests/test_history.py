@@ -31,6 +31,8 @@ def test_ingest_then_ask_keeps_every_ramen_turn_and_logs_it(make_history, ramen)
     assert turn["keyword"] == ["ラーメン"] and turn["extractor"] == "local"
     assert turn["retrieved"] and turn["retrieved"][0]["score"] > 0.3
     assert turn["prompt_tokens"] == result.prompt.tokens and turn["timings_ms"]["total_ms"] > 0
+    recent = [result.thread.messages[p].index for p in result.prompt.selection.history_ids]
+    assert turn["recent"] == [recent[0], recent[-1], len(recent)] and recent[-1] == stored_ids[-1]
 
 
 class CountingEmbedder:

@@ -33,7 +33,10 @@ def api_schema(tmp_path_factory, cache_dir):
 OPERATIONS = [("POST", "/v1/threads/{thread_id}/messages"), ("POST", "/v1/threads/{thread_id}/context"),
               ("GET", "/v1/threads"), ("GET", "/v1/threads/{thread_id}/log"), ("DELETE", "/v1/threads/{thread_id}"),
               ("DELETE", "/v1/threads/{thread_id}/messages/{message_id}"), ("GET", "/healthz"), ("GET", "/metrics"),
-              ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/responses")]
+              ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/responses"),
+              ("GET", "/v1/threads/{thread_id}/messages"), ("GET", "/v1/threads/{thread_id}/blocks"),
+              ("GET", "/v1/threads/{thread_id}/memory"), ("GET", "/v1/threads/{thread_id}/stats"),
+              ("POST", "/v1/threads/{thread_id}/try")]
 
 
 UPSTREAM = {("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/responses")}

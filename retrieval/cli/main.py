@@ -184,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "across machines)")
     p.add_argument("--access-log", action="store_true", help="log every request")
 
+    p = _command(sub, "ui", serving.cmd_ui, SERVING,
+                 help="the web inspector over the local store: threads, blocks, each turn's prompt, try a request "
+                      "(extra semhist[service]; loopback only)")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
+
     p = _command(sub, "agent", serving.cmd_agent, ASKING,
                  help="a Teams agent (Microsoft 365 Agents SDK) that remembers its threads (extra semhist[teams])",
                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=AGENT_LOCALLY)

@@ -35,8 +35,11 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
                        "score": round(r.score, 4) if r.score is not None else None,
                        "start": first.timestamp.isoformat() if first.timestamp else None,
                        "end": last.timestamp.isoformat() if last.timestamp else None})
+    recent = [thread.messages[p].index for p in result.prompt.selection.history_ids]
     return {
         "request": mask(result.request), "strategy": result.strategy,
+        # the verbatim turns, by store id: with `retrieved`, which messages the prompt quoted
+        "recent": [recent[0], recent[-1], len(recent)] if recent else None,
         "keyword": [mask(k) for k in kw.keywords] if kw else None, "extractor": kw.source if kw else None,
         "extractor_reason": kw.reason if kw else None, "intent": kw.intent if kw else None,
         "time_range": str(kw.time_range) if kw and kw.time_range else None,

@@ -11,7 +11,6 @@ for a new PostgreSQL connection and a new tokenizer).
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -32,32 +31,18 @@ from .access import Access, Grant
 from .errors import Forbidden, TooLarge, Unauthorized
 from .metrics import Timing, metrics
 from .proxy import chat_api
+from .inspector import inspector_api, inspector_pages
 from .responses import responses_api
-from .schemas import (THREAD_ID_PATTERN, AddMessages, Added, Context, ContextRequest, Error, Forgotten, Health,
+from .routing import ScopedThread, history_of, in_pool, run_on
+from .schemas import (AddMessages, Added, Context, ContextRequest, Error, Forgotten, Health,
                       ThreadSummary)
 
 log = logging.getLogger("semhist.service")
 
 WORKER_THREADS = 8  # requests in progress per worker; each holds one store connection
-ThreadId = Annotated[str, Path(pattern=THREAD_ID_PATTERN, max_length=256, description="e.g. a Teams conversation.id")]
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": Error} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
 
 
-def run_on(pool_name: str):
-    """A route's plain function, run in one of the app's pools (FastAPI sees the same parameters)."""
-
-    def decorate(handler):
-        @functools.wraps(handler)
-        async def run(*args, **kwargs):
-            pool = getattr(kwargs["request"].app.state, pool_name)
-            return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(handler, *args, **kwargs))
-
-        return run
-
-    return decorate
-
-
-in_pool = run_on("pool")
 # Health and metrics on a thread of their own: requests stuck on a slow LLM must not make a
 # liveness probe time out and get a healthy worker restarted.
 in_ops_pool = run_on("ops_pool")
@@ -105,6 +90,8 @@ def create_app(settings: Settings | None = None, history: History | None = None)
     app.include_router(_threads_api(settings), dependencies=[auth], responses=ERRORS)
     app.include_router(chat_api(settings), dependencies=[auth])
     app.include_router(responses_api(settings), dependencies=[auth])
+    app.include_router(inspector_api(settings), dependencies=[auth], responses=ERRORS)
+    app.mount("/ui", inspector_pages(), name="ui")  # the page only: what it shows comes from the API above
 
     @app.get("/healthz", response_model=Health, response_model_exclude_none=True,
              responses={503: {"model": Error}}, tags=["operations"])
@@ -112,7 +99,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
     def healthz(request: Request) -> Health:
         """Alive, with the store answering; its counts only for the operator's token (or a
         server without tokens): a liveness probe carries none, and needs none."""
-        threads, messages = _history(request).store.totals()
+        threads, messages = history_of(request).store.totals()
         grant = request.app.state.access.grant(_token_of(request))
         if grant is None or not grant.everything:
             return Health(status="ok")
@@ -125,7 +112,7 @@ def create_app(settings: Settings | None = None, history: History | None = None)
         """Prometheus text: requests and latency per route, messages, tokens sent vs full history
         (every thread's figures: the operator's token only)."""
         _everything(request)
-        body, kind = metrics().exposition(_history(request).store.totals)
+        body, kind = metrics().exposition(history_of(request).store.totals)
         return Response(body, media_type=kind)
 
     if not access.open:
@@ -147,10 +134,15 @@ def _threads_api(settings: Settings) -> APIRouter:
         if len(body.messages) > settings.max_batch:
             raise TooLarge(f"{len(body.messages)} messages in one request; at most {settings.max_batch}")
         # each message's size is checked once, by History with the rest of it (413 too)
-        if body.tenant is not None or body.channel is not None:
-            _history(request).place(thread_id, tenant=body.tenant, channel=body.channel)
-        result = _history(request).add_many(thread_id, [m.model_dump(exclude_none=True)
-                                                        for m in body.messages])
+        history, placed = history_of(request), body.tenant is not None or body.channel is not None
+        # a thread the batch would make is placed after it is stored: a refused batch leaves no
+        # empty thread behind; a stored thread is placed first, so a conflicting place stores nothing
+        fresh = placed and not history.store.has_thread(thread_id)
+        if placed and not fresh:
+            history.place(thread_id, tenant=body.tenant, channel=body.channel)
+        result = history.add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages])
+        if fresh:
+            history.place(thread_id, tenant=body.tenant, channel=body.channel)
         _freeze_loaded(request)
         metrics().added.inc(result.added)
         return Added(ids=list(result.every_id), added=result.added)
@@ -159,7 +151,7 @@ def _threads_api(settings: Settings) -> APIRouter:
     @in_pool
     def context(thread_id: ScopedThread, body: ContextRequest, request: Request) -> dict[str, Any]:
         """The prompt for the next turn: send `messages` to any chat-completions API."""
-        result = _history(request).ask(  # History checks the request once (too long: 413)
+        result = history_of(request).ask(  # History checks the request once (too long: 413)
             thread_id, body.request, strategy=body.strategy, budget=_budget(body.budget),
             system_prompt=body.system_prompt, scope=body.scope, readable=request.state.grant.allows)
         _freeze_loaded(request)
@@ -179,20 +171,20 @@ def _threads_api(settings: Settings) -> APIRouter:
     def threads(request: Request) -> list[dict[str, Any]]:
         """Every stored thread the token may see, with its message count and time span."""
         grant = request.state.grant
-        return [render.thread_dict(i) for i in _history(request).threads() if grant.allows(i.thread_id)]
+        return [render.thread_dict(i) for i in history_of(request).threads() if grant.allows(i.thread_id)]
 
     @api.get("/v1/threads/{thread_id}/log")
     @in_pool
     def turn_log(thread_id: ScopedThread, request: Request,
                  limit: Annotated[int | None, Query(ge=1, le=10_000)] = None) -> list[dict[str, Any]]:
         """What each context request sent: keyword, retrieved stretches, scores, tokens, timings."""
-        return _history(request).log(thread_id, limit)
+        return history_of(request).log(thread_id, limit)
 
     @api.delete("/v1/threads/{thread_id}", response_model=Forgotten)
     @in_pool
     def forget_thread(thread_id: ScopedThread, request: Request) -> Forgotten:
         """Forget the thread: texts, vectors, summaries, statements and the log."""
-        history = _history(request)
+        history = history_of(request)
         if not history.store.has_thread(thread_id):
             raise NotFoundError(f"no stored thread {thread_id!r}")
         return Forgotten(thread=thread_id, forgotten=history.forget(thread_id))
@@ -202,7 +194,7 @@ def _threads_api(settings: Settings) -> APIRouter:
     def forget_message(thread_id: ScopedThread, message_id: Annotated[str, Path(max_length=MAX_KEY)], request: Request,
                        by: Literal["id", "key"] = "id") -> Forgotten:
         """Forget one message, by the id the POST returned or (`?by=key`) by the caller's own id."""
-        history = _history(request)
+        history = history_of(request)
         mid = history.store.id_of(thread_id, message_id) if by == "key" else _int_id(message_id)
         if not history.store.messages(thread_id, ids=[mid]):
             raise NotFoundError(f"thread {thread_id!r} holds no message {mid}")
@@ -236,19 +228,6 @@ def _everything(request: Request) -> None:
         raise Forbidden("every thread's figures need the operator's token (SEMHIST_API_TOKEN)")
 
 
-def _scoped(thread_id: ThreadId, request: Request) -> str:
-    """A thread id from the path, if the request's token may reach it (403 otherwise)."""
-    return request.state.grant.check(thread_id)
-
-
-# every route with a thread in its path takes it through here
-ScopedThread = Annotated[str, Depends(_scoped)]
-
-
-def _history(request: Request) -> History:
-    return request.app.state.history
-
-
 def _freeze_loaded(request: Request) -> None:
     """Move thread states just read from the store out of the cyclic collector's sight.
 
@@ -256,7 +235,7 @@ def _freeze_loaded(request: Request) -> None:
     collection took 0.4 s, and it ran every few seconds under load (the p95 of every route).
     That state lives until evicted and holds no reference cycles (freed by reference counts
     when dropped, measured), so the collector has nothing to find in it."""
-    loads = _history(request).parts.states.loads
+    loads = history_of(request).parts.states.loads
     before = getattr(request.app.state, "frozen_at", 0)
     if loads != before:
         request.app.state.frozen_at = loads
