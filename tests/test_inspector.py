@@ -201,3 +201,17 @@ def test_forget_removes_the_thread_after_a_confirmation(page, service):
     page.click("#forget-thread")  # confirmed, then the alert saying how many
     page.wait_for_selector("#threads")
     assert "to-forget" in asked[0] and "to-forget" not in {t["thread"] for t in api(service, "GET", "/v1/threads")}
+
+
+def test_the_search_box_shows_both_scores_of_the_threads_search(page, service):
+    found = api(service, "POST", "/v1/threads/ramen/search", json={"query": "一蘭", "k": 20})["hits"]
+    assert found and any(h["lexical"] > 0 for h in found) and all(-1 <= h["dense"] <= 1 for h in found)
+    assert "一蘭" in found[0]["content"]  # a message that has the word ranks first
+    open_tab(page, service, "ramen", "timeline")
+    page.fill("form.search input[name=query]", "一蘭")
+    page.click("form.search button")
+    page.wait_for_selector("table.hits tbody tr")
+    drawn = page.eval_on_selector_all("table.hits tbody tr", "rows => rows.map(r => Number(r.dataset.id))")
+    assert drawn == [h["id"] for h in found]
+    first = page.locator("table.hits tbody tr").first.locator("td").all_inner_texts()
+    assert [float(x) for x in first[:3]] == [found[0]["dense"], found[0]["lexical"], found[0]["fused"]]

@@ -114,6 +114,7 @@ FRONT_END_MAY_USE = {
     "semhist.scoring": "`semhist eval --answer`",
     "semhist.segscore": "`semhist eval --segments`",
     "semhist.stats": "`semhist stats`",
+    "semhist.searching": "the inspector's search box (both scores of the hybrid search)",
 }
 
 

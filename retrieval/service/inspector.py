@@ -20,6 +20,11 @@ from .routing import ScopedThread, history_of, in_pool
 from semhist import NEEDS_LLM, STRATEGIES
 
 
+class SearchRequest(BaseModel):
+    query: str = Field(min_length=1, max_length=2000, description="what to look for")
+    k: int = Field(default=20, ge=1, le=200, description="how many messages")
+
+
 class TryRequest(BaseModel):
     request: str = Field(min_length=1, description="the request to build prompts for")
     strategies: list[str] | None = Field(default=None, description="default: every strategy that needs no LLM "
@@ -104,6 +109,21 @@ def inspector_api(settings: Settings) -> APIRouter:
         report = stats(store, thread_id, settings.price_model)
         marker = store.marker(thread_id)
         return {"thread": thread_id, "tokens": marker.tokens if marker else None, **report["overall"]}
+
+    @api.post("/v1/threads/{thread_id}/search")
+    @in_pool
+    def search(thread_id: ScopedThread, body: SearchRequest, request: Request) -> dict[str, Any]:
+        """The thread's own hybrid search for `query`, best first: each message with its cosine
+        (`dense`), its BM25 score (`lexical`, 0 when no term matched) and their fusion. Threads
+        above `view_limit` messages are searched through candidate views, not here (422)."""
+        from ..searching import hybrid_search
+
+        history = history_of(request)
+        if not history.store.has_thread(thread_id):
+            raise NotFoundError(f"no stored thread {thread_id!r}")
+        hits = hybrid_search(history, thread_id, body.query, body.k)
+        return {"thread": thread_id, "query": body.query, "hits": [
+            {**message_dict(h.message), "dense": h.dense, "lexical": h.lexical, "fused": h.fused} for h in hits]}
 
     @api.post("/v1/threads/{thread_id}/try")
     @in_pool

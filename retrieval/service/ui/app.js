@@ -21,7 +21,8 @@ const WORDS = {
     covers: "covers", no_summary: "No summary yet.", no_statements: "No statements kept.",
     loading: "Loading…", not_found: "Not found.", tool: "tool", calls: "calls",
     topics: "topic segments", topic_shift: "topic shift", sent_vs_full: "sent / full history",
-    cached_share: "cached share", recent: "Recent verbatim turns",
+    cached_share: "cached share", recent: "Recent verbatim turns", dense: "dense (cosine)", lexical: "lexical (BM25)",
+    fused: "fused", who: "who", search_placeholder: "search this thread (dense and lexical)", search_button: "Search",
   },
   ja: {
     threads: "スレッド", thread: "スレッド", messages: "メッセージ", first: "最初", last: "最終更新",
@@ -41,7 +42,8 @@ const WORDS = {
     covers: "対象", no_summary: "要約はまだありません。", no_statements: "ステートメントはありません。",
     loading: "読み込み中…", not_found: "見つかりません。", tool: "ツール", calls: "呼び出し",
     topics: "話題の区切り", topic_shift: "話題の切り替わり", sent_vs_full: "送信 / 全履歴",
-    cached_share: "キャッシュ率", recent: "直近のやり取り (そのまま)",
+    cached_share: "キャッシュ率", recent: "直近のやり取り (そのまま)", dense: "意味 (cosine)", lexical: "語 (BM25)",
+    fused: "統合", who: "話者", search_placeholder: "このスレッドを検索 (意味と語)", search_button: "検索",
   },
 };
 const STRATEGIES = ["full", "window", "token-budget", "utterances", "blocks", "summary", "structured"];
@@ -169,7 +171,7 @@ async function timeline(path, id, query) {
   const [page, blocks] = await Promise.all([
     api(`${path}/messages?limit=500${before ? `&before=${before}` : ""}`), api(`${path}/blocks`)]);
   const sizes = new Map(blocks.map((b) => [b.block, b]));
-  const out = [];
+  const out = [searchBox(path, id)];
   if (page.earlier) out.push(el("p", {}, el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?before=${page.messages[0].id}`},
     t("earlier"))));
   let group = null, last = null;
@@ -195,6 +197,26 @@ async function timeline(path, id, query) {
   }
   setTimeout(() => { const hit = document.querySelector(".msg.hit"); if (hit) hit.scrollIntoView({block: "center"}); });
   return out;
+}
+
+function searchBox(path, id) {
+  const hits = el("div", {id: "hits"});
+  const form = el("form", {class: "search", onsubmit: async (ev) => {
+    ev.preventDefault();
+    hits.replaceChildren(t("loading"));
+    try {
+      const found = await api(`${path}/search`, {method: "POST", body: JSON.stringify({query: form.query.value, k: 20})});
+      hits.replaceChildren(el("table", {class: "hits"},
+        el("thead", {}, el("tr", {}, ["dense", "lexical", "fused", "at", "who", "text", ""].map((k) => el("th", {}, t(k))))),
+        el("tbody", {}, found.hits.map((h) => el("tr", {"data-id": h.id},
+          el("td", {class: "num"}, h.dense), el("td", {class: "num"}, h.lexical), el("td", {class: "num"}, h.fused),
+          el("td", {}, when(h.timestamp)), el("td", {}, h.name || h.role), el("td", {class: "text"}, h.content ?? ""),
+          el("td", {}, el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?focus=${h.id}-${h.id}`}, t("show_in_timeline"))))))));
+    } catch (err) { hits.replaceChildren(el("p", {class: "error"}, err.message)); }
+  }},
+    el("input", {type: "text", name: "query", placeholder: t("search_placeholder"), required: true}),
+    el("button", {type: "submit"}, t("search_button")));
+  return el("div", {}, form, hits);
 }
 
 async function turns(path, id) {
