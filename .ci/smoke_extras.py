@@ -155,7 +155,9 @@ IMPORTS = {  # extra: what its users import or run first
                  "from semhist.integrations.langchain_agents import SemhistMiddleware",
     "langgraph": "from langgraph.prebuilt import create_react_agent",
     "llamaindex": "from semhist.integrations.llamaindex import SemhistMemory, SemhistMemoryBlock",
-    "agent-framework": "from semhist.integrations.agent_framework import SemhistContextProvider",
+    "agent-framework": "from semhist.integrations.agent_framework import SemhistContextProvider; "
+                       "from agent_framework.openai import OpenAIChatCompletionClient; "
+                       "from semhist.agent.framework import FrameworkAnswers",
     "openai-agents": "from semhist.integrations.openai_agents import SemhistSession",
     "mcp": "from semhist.mcpserver.tools import build",
     "postgres": "from semhist.indexers.store.postgres import _psycopg; _psycopg().pq.version()",
@@ -207,6 +209,19 @@ def chat_through_service(service: Server, db: str | None) -> None:
             raise SmokeFailure(f"PostgreSQL holds {in_db} messages of thread {thread}, not 2")
     print(f"chat completion through semhist serve: ok (reply {reply.choices[0].message.content!r}, "
           f"thread stored: 2 messages in {'PostgreSQL' if db else 'SQLite'})", flush=True)
+
+
+def inspector(service: Server) -> None:
+    """The inspector's page and its search, as `pip install 'semhist[service]'` ships them."""
+    with urllib.request.urlopen(service.url + "/ui/", timeout=30) as page, \
+            urllib.request.urlopen(service.url + "/ui/app.js", timeout=30) as script:
+        html, js = page.read().decode(), script.read()
+    if "app.js" not in html or not js:
+        raise SmokeFailure("GET /ui/ should serve the inspector's page and its script from the package")
+    status, body = post_json(service.url + "/v1/threads/smoke-extras-chat/search", {"query": "OK"}, 60)
+    if status != 200 or not json.loads(body)["hits"]:
+        raise SmokeFailure(f"POST /v1/threads/smoke-extras-chat/search: {status} {body[:300]!r}")
+    print("inspector page and search: ok", flush=True)
 
 
 def wait_until(check, seconds: float):
@@ -272,6 +287,7 @@ def run(workdir: Path, everything: bool) -> None:
                          {"SEMHIST_DATA_DIR": str(workdir / "serve")}, workdir, "/healthz", SERVER_START)
         servers.append(service)
         chat_through_service(service, db)
+        inspector(service)
         if not everything:
             return
         llm_env = {"OPENAI_BASE_URL": llm.url + "/v1", "OPENAI_API_KEY": "local", "SEMHIST_LLM_MODEL": MODEL,
