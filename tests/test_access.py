@@ -87,6 +87,7 @@ ROUTES = [  # (method, path, body): every route that names a thread
     ("get", "/v1/threads/{t}/blocks", None),
     ("get", "/v1/threads/{t}/memory", None),
     ("get", "/v1/threads/{t}/stats", None),
+    ("get", "/v1/threads/{t}/forgotten", None),
     ("post", "/v1/threads/{t}/search", {"query": "secret"}),
     ("post", "/v1/threads/{t}/try", {"request": "what is the secret?", "strategies": ["blocks"]}),
     ("delete", "/v1/threads/{t}/messages/k1?by=key", None),

@@ -374,3 +374,23 @@ def test_a_burst_keeps_the_request_once_and_what_came_after_it_after_it(make_his
         sent = [m["content"] for m in history.ask("b", request).prompt.messages if m["role"] == "user"]
         assert sent.count(request) == 1, sent
         assert sent[sent.index(request):] == said[i:], sent  # nothing stored after it is placed before it
+
+
+def test_what_was_forgotten_is_recorded_without_its_text(make_history):
+    """Each forget leaves a record of when, how many, the span and why, never the text; date
+    cuts (retention runs) extend one record; forgetting the thread removes them all."""
+    from datetime import datetime, timezone
+
+    h = make_history()
+    h.add_many("gone", [{"role": "user", "content": f"secret {i}", "id": f"k{i}",
+                         "timestamp": f"2026-11-0{i}T09:00:00+00:00"} for i in range(1, 8)])
+    h.forget("gone", ids=[h.store.id_of("gone", "k5"), h.store.id_of("gone", "k6")])
+    h.edit("gone", "k7", "secret 7, edited")
+    h.forget("gone", before=datetime(2026, 11, 2, tzinfo=timezone.utc))
+    h.forget("gone", before=datetime(2026, 11, 3, tzinfo=timezone.utc))
+    records = h.store.forgotten("gone")
+    assert [(r["reason"], r["messages"]) for r in records] == [("forget", 2), ("edit", 1), ("before", 2)]
+    assert records[0]["first_ts"] == datetime(2026, 11, 5, 9, tzinfo=timezone.utc).timestamp()
+    assert "secret" not in repr(records)
+    h.forget("gone")
+    assert h.store.forgotten("gone") == []

@@ -44,6 +44,10 @@ def store_dir(tmp_path_factory, cache_dir):
         if (SHARED_DATA / "locomo.jsonl").exists():
             history.ingest("locomo-26", load(SHARED_DATA / "locomo.jsonl").threads[0])
         history.add_many("planted", [{"role": "user", "content": text, "name": "Mallory<b>"} for text in PLANTED])
+        history.add_many("changed", [{"role": "user", "content": f"note {i}", "id": f"k{i}",
+                                      "timestamp": f"2026-11-30T09:0{i}:00+00:00"} for i in range(1, 6)])
+        history.edit("changed", "k2", "note 2, edited")
+        history.forget("changed", ids=[history.store.id_of("changed", "k4")])
     finally:
         history.close()
     return data
@@ -215,3 +219,15 @@ def test_the_search_box_shows_both_scores_of_the_threads_search(page, service):
     assert drawn == [h["id"] for h in found]
     first = page.locator("table.hits tbody tr").first.locator("td").all_inner_texts()
     assert [float(x) for x in first[:3]] == [found[0]["dense"], found[0]["lexical"], found[0]["fused"]]
+
+
+def test_edits_and_forgotten_messages_are_drawn_where_they_were(page, service):
+    records = api(service, "GET", "/v1/threads/changed/forgotten")
+    assert [(r["reason"], r["messages"]) for r in records] == [("edit", 1), ("forget", 1)]
+    open_tab(page, service, "changed", "timeline")
+    page.wait_for_selector(".forgotten")
+    order = page.eval_on_selector_all("#panel-timeline .msg .text, #panel-timeline .forgotten",
+                                      "els => els.map(e => e.classList.contains('forgotten') ? e.dataset.reason : e.textContent)")
+    # the edit's marker just before the edited message (same time), the forget's where note 4 was
+    assert order == ["note 1", "edit", "note 2, edited", "note 3", "forget", "note 5"], order
+    assert "note 4" not in page.content()

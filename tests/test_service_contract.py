@@ -36,7 +36,8 @@ OPERATIONS = [("POST", "/v1/threads/{thread_id}/messages"), ("POST", "/v1/thread
               ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/responses"),
               ("GET", "/v1/threads/{thread_id}/messages"), ("GET", "/v1/threads/{thread_id}/blocks"),
               ("GET", "/v1/threads/{thread_id}/memory"), ("GET", "/v1/threads/{thread_id}/stats"),
-              ("POST", "/v1/threads/{thread_id}/try"), ("POST", "/v1/threads/{thread_id}/search")]
+              ("POST", "/v1/threads/{thread_id}/try"), ("POST", "/v1/threads/{thread_id}/search"),
+              ("GET", "/v1/threads/{thread_id}/forgotten")]
 
 
 UPSTREAM = {("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/responses")}

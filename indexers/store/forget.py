@@ -6,6 +6,7 @@ it; forgetting a whole thread removes its row, so the id used again is a new inc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -16,7 +17,7 @@ from semhist.kernel.errors import InputError
 from .records import StoredMessage
 from .rows import COLUMNS, chunks, marks, message_row, request_key, terms_column
 
-TABLES = ("response_threads", "turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
+TABLES = ("forgotten", "response_threads", "turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
 
 class ForgetMixin:
@@ -38,10 +39,11 @@ class ForgetMixin:
         """Rewrite the store without the space deleted rows held (SQLite: VACUUM)."""
 
     def forget_messages(self: Any, thread_id: str, *, ids: Sequence[int] | None = None,
-                        before: datetime | None = None) -> list[StoredMessage]:
+                        before: datetime | None = None, reason: str = "forget") -> list[StoredMessage]:
         """Remove the given messages, or every message older than `before` (and turn-log
         entries older than it), with the statements quoted from them and every summary that
-        covered them."""
+        covered them. What was removed is recorded without its text (`forgotten`): when, how
+        many, the time they spanned and `reason`."""
         if ids is None and before is None:
             raise InputError("forget_messages needs ids or a date")
         with self._write(thread_id) as cur:
@@ -61,6 +63,7 @@ class ForgetMixin:
                 cur.execute(self._sql("DELETE FROM turn_log WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
                 cur.execute(self._sql("DELETE FROM response_threads WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
             if gone:
+                self._note_forgotten(cur, thread_id, gone, "before" if ids is None else reason)
                 self._forget_derived(cur, thread_id, gone)
                 if ids is not None:  # by date, the log went by the same date above
                     self._forget_requests(cur, thread_id, gone)
@@ -70,6 +73,29 @@ class ForgetMixin:
         if gone:
             self.scrub()
         return gone
+
+    def _note_forgotten(self: Any, cur, thread_id: str, gone: list[StoredMessage], reason: str) -> None:
+        first, last = min(m.sort_ts for m in gone), max(m.sort_ts for m in gone)
+        cur.execute(self._sql("SELECT id, reason FROM forgotten WHERE thread_id = ? ORDER BY id DESC LIMIT 1"),
+                    (thread_id,))
+        newest = cur.fetchone()
+        if reason == "before" and newest is not None and newest[1] == "before":
+            # date cuts (retention runs) extend one record: the log stays as long as the thread's cuts, not their number
+            cur.execute(self._sql("UPDATE forgotten SET at = ?, first_ts = CASE WHEN first_ts < ? THEN first_ts ELSE ? END, "
+                                  "last_ts = CASE WHEN last_ts > ? THEN last_ts ELSE ? END, messages = messages + ? "
+                                  "WHERE id = ?"), (time.time(), first, first, last, last, len(gone), newest[0]))
+            return
+        cur.execute(self._sql("INSERT INTO forgotten (thread_id, at, first_ts, last_ts, messages, reason) "
+                              "VALUES (?, ?, ?, ?, ?, ?)"), (thread_id, time.time(), first, last, len(gone), reason))
+
+    def forgotten(self: Any, thread_id: str) -> list[dict[str, Any]]:
+        """What was forgotten of the thread, oldest record first: when, how many messages, the
+        time they spanned (epoch seconds) and why ("forget", "edit", "before")."""
+        with self._read() as cur:
+            cur.execute(self._sql("SELECT at, first_ts, last_ts, messages, reason FROM forgotten WHERE thread_id = ? "
+                                  "ORDER BY id"), (thread_id,))
+            return [{"at": r[0], "first_ts": r[1], "last_ts": r[2], "messages": int(r[3]), "reason": r[4]}
+                    for r in cur.fetchall()]
 
     def _forget_derived(self: Any, cur, thread_id: str, gone: list[StoredMessage]) -> None:
         for chunk in chunks([m.id for m in gone]):

@@ -147,6 +147,14 @@ CREATE TABLE response_threads (response_id TEXT PRIMARY KEY,
   thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE, at {real} NOT NULL);
 CREATE INDEX response_threads_thread ON response_threads (thread_id, at);
 """, None),
+    # When messages were forgotten, how many, from when to when, and why (a forget, an edit, a
+    # date cut such as retention): never what they said. The inspector draws them on the timeline.
+    ("0011_forgotten", """
+CREATE TABLE forgotten (id {id}, thread_id TEXT NOT NULL REFERENCES threads(thread_id) ON DELETE CASCADE,
+  at {real} NOT NULL, first_ts {real} NOT NULL, last_ts {real} NOT NULL, messages INTEGER NOT NULL,
+  reason TEXT NOT NULL);
+CREATE INDEX forgotten_thread ON forgotten (thread_id, id);
+""", None),
 )
 
 

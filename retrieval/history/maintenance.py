@@ -52,7 +52,7 @@ class Maintenance:
         except NotFoundError:
             return None
         old = self.store.messages(thread_id, ids=[old_id])[0]
-        gone = self.store.forget_messages(thread_id, ids=[old_id])
+        gone = self.store.forget_messages(thread_id, ids=[old_id], reason="edit")
         self._purge(thread_id, gone)
         stamp = old.timestamp.isoformat() if old.timestamp else None
         new = self.add_many(thread_id, [{"role": old.role, "content": content, "name": name or old.name,

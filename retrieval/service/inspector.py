@@ -79,6 +79,18 @@ def inspector_api(settings: Settings) -> APIRouter:
                  "messages": len(b.message_ids), "tokens": b.tokens, "parts": list(b.parts)}
                 for b in store.blocks(thread_id) if b.message_ids]
 
+    @api.get("/v1/threads/{thread_id}/forgotten")
+    @in_pool
+    def forgotten(thread_id: ScopedThread, request: Request) -> list[dict[str, Any]]:
+        """What was forgotten of the thread, oldest first: when, how many messages, the time
+        they spanned and why (`forget`: by id, a Teams delete; `edit`: an earlier version;
+        `before`: a date cut such as retention). Never what they said."""
+        store = history_of(request).store
+        if not store.has_thread(thread_id):
+            raise NotFoundError(f"no stored thread {thread_id!r}")
+        return [{"at": _time(r["at"]), "from": _time(r["first_ts"]), "to": _time(r["last_ts"]),
+                 "messages": r["messages"], "reason": r["reason"]} for r in store.forgotten(thread_id)]
+
     @api.get("/v1/threads/{thread_id}/memory")
     @in_pool
     def memory(thread_id: ScopedThread, request: Request) -> dict[str, Any]:

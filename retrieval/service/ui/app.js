@@ -23,6 +23,9 @@ const WORDS = {
     topics: "topic segments", topic_shift: "topic shift", sent_vs_full: "sent / full history",
     cached_share: "cached share", recent: "Recent verbatim turns", dense: "dense (cosine)", lexical: "lexical (BM25)",
     fused: "fused", who: "who", search_placeholder: "search this thread (dense and lexical)", search_button: "Search",
+    forgotten_forget: "{n} message(s) forgotten on {at} (from {from} to {to})",
+    forgotten_edit: "edited on {at}: the earlier version of a message from {from} was forgotten",
+    forgotten_before: "{n} message(s) before {to} forgotten by a date cut (retention), last on {at}",
   },
   ja: {
     threads: "スレッド", thread: "スレッド", messages: "メッセージ", first: "最初", last: "最終更新",
@@ -44,6 +47,9 @@ const WORDS = {
     topics: "話題の区切り", topic_shift: "話題の切り替わり", sent_vs_full: "送信 / 全履歴",
     cached_share: "キャッシュ率", recent: "直近のやり取り (そのまま)", dense: "意味 (cosine)", lexical: "語 (BM25)",
     fused: "統合", who: "話者", search_placeholder: "このスレッドを検索 (意味と語)", search_button: "検索",
+    forgotten_forget: "{at} に {n} 件のメッセージを忘れました ({from} 〜 {to})",
+    forgotten_edit: "{at} に編集: {from} のメッセージの以前の版を忘れました",
+    forgotten_before: "{to} より前の {n} 件を日付で忘れました (保持期間)。最終 {at}",
   },
 };
 const STRATEGIES = ["full", "window", "token-budget", "utterances", "blocks", "summary", "structured"];
@@ -168,8 +174,12 @@ function messageRow(m, path, focus) {
 async function timeline(path, id, query) {
   const before = query.get("before");
   const focus = (query.get("focus") || "").split("-").map(Number).filter((n) => n > 0);
-  const [page, blocks] = await Promise.all([
-    api(`${path}/messages?limit=500${before ? `&before=${before}` : ""}`), api(`${path}/blocks`)]);
+  const [page, blocks, forgotten] = await Promise.all([
+    api(`${path}/messages?limit=500${before ? `&before=${before}` : ""}`), api(`${path}/blocks`), api(`${path}/forgotten`)]);
+  // what was forgotten, drawn where it was: before the first message after its span
+  const gaps = forgotten.map((f) => ({...f, end: new Date(f.to)})).sort((a, b) => a.end - b.end);
+  const gapNode = (f) => el("div", {class: `forgotten ${f.reason}`, "data-reason": f.reason},
+    t(`forgotten_${f.reason}`, {n: f.messages, at: when(f.at), from: when(f.from), to: when(f.to)}));
   const sizes = new Map(blocks.map((b) => [b.block, b]));
   const out = [searchBox(path, id)];
   if (page.earlier) out.push(el("p", {}, el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?before=${page.messages[0].id}`},
@@ -177,6 +187,11 @@ async function timeline(path, id, query) {
   let group = null, last = null;
   for (const m of page.messages) {
     const key = m.block ?? "tail";
+    while (gaps.length && m.timestamp && gaps[0].end <= new Date(m.timestamp)) {
+      const f = gaps.shift();
+      if (page.earlier && new Date(f.to) < new Date(page.messages[0].timestamp)) continue;  // an earlier page's
+      (group && group.key === key ? group.node : {append: (n) => out.push(n)}).append(gapNode(f));
+    }
     if (last && m.timestamp && last.timestamp) {
       const gap = (new Date(m.timestamp) - new Date(last.timestamp)) / 1000;
       if (gap >= PAUSE_S) out.push(el("div", {class: "pause"}, `${t("pause")} ${span(gap)}`));
@@ -195,6 +210,7 @@ async function timeline(path, id, query) {
     group.n += 1;
     last = m;
   }
+  if (!before) out.push(...gaps.map(gapNode));  // after the newest message
   setTimeout(() => { const hit = document.querySelector(".msg.hit"); if (hit) hit.scrollIntoView({block: "center"}); });
   return out;
 }
