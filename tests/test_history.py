@@ -394,3 +394,19 @@ def test_what_was_forgotten_is_recorded_without_its_text(make_history):
     assert "secret" not in repr(records)
     h.forget("gone")
     assert h.store.forgotten("gone") == []
+
+
+def test_kept_prompts_are_the_messages_sent_and_a_forget_clears_them(make_history):
+    h = make_history(log_prompts=True, pii="on")
+    h.add_many("kept", [{"role": "user", "content": "my number is 090-1234-5678", "id": "a"},
+                        {"role": "assistant", "content": "noted"}])
+    result = h.ask("kept", "call me at 090-1234-5678 about ramen")
+    (turn,) = h.log("kept")
+    assert [m["role"] for m in turn["prompt"]] == [m["role"] for m in result.prompt.messages]
+    assert "090-1234-5678" not in repr(turn["prompt"])  # masked like the thread, the request too
+    h.forget("kept", ids=[h.store.id_of("kept", "a")])
+    assert all("prompt" not in t for t in h.log("kept"))
+    plain = make_history()
+    plain.add("plain", "user", "hello")
+    plain.ask("plain", "hello?")
+    assert "prompt" not in plain.log("plain")[0]  # off by default

@@ -55,7 +55,8 @@ def store_dir(tmp_path_factory, cache_dir):
 
 @pytest.fixture(scope="module")
 def service(store_dir, cache_dir):
-    env = {"SEMHIST_DATA_DIR": str(store_dir), "SEMHIST_CACHE_DIR": str(cache_dir), "SEMHIST_API_TOKEN": TOKEN}
+    env = {"SEMHIST_DATA_DIR": str(store_dir), "SEMHIST_CACHE_DIR": str(cache_dir), "SEMHIST_API_TOKEN": TOKEN,
+           "SEMHIST_LOG_PROMPTS": "on"}
     server = Process(["serve"], env, store_dir.parent / "serve.log")
     yield server
     server.stop()
@@ -137,6 +138,8 @@ def test_a_logged_turn_shows_what_ask_retrieved(page, service):
         cells = rows.nth(i).locator("td").all_inner_texts()
         assert cells[0] == str(i + 1) and float(cells[1]) == pytest.approx(block["score"], abs=1e-4)
         assert cells[4] == str(len(block["message_indices"]))
+    sent = page.locator("details.turn[open] .prompt.sent pre").all_inner_texts()
+    assert sent == [f"{m['role']}: {m['content']}" for m in asked["messages"]]  # the exact messages, as sent
     recent = page.locator("details.turn[open] p.recent a").get_attribute("href")
     assert recent.endswith(f"focus={asked['recent_message_ids'][0]}-{asked['recent_message_ids'][-1]}")
     # the threads list carries the thread's figures from its turn log

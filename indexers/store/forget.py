@@ -17,7 +17,7 @@ from semhist.kernel.errors import InputError
 from .records import StoredMessage
 from .rows import COLUMNS, chunks, marks, message_row, request_key, terms_column
 
-TABLES = ("forgotten", "response_threads", "turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
+TABLES = ("turn_prompts", "forgotten", "response_threads", "turn_log", "notes", "summaries", "manifests", "block_term_df", "blocks", "messages", "threads")
 
 
 class ForgetMixin:
@@ -64,6 +64,8 @@ class ForgetMixin:
                 cur.execute(self._sql("DELETE FROM response_threads WHERE thread_id = ? AND at < ?"), (thread_id, cutoff))
             if gone:
                 self._note_forgotten(cur, thread_id, gone, "before" if ids is None else reason)
+                # kept prompts quote the thread: whatever they held of these goes with them
+                cur.execute(self._sql("DELETE FROM turn_prompts WHERE thread_id = ?"), (thread_id,))
                 self._forget_derived(cur, thread_id, gone)
                 if ids is not None:  # by date, the log went by the same date above
                     self._forget_requests(cur, thread_id, gone)

@@ -86,20 +86,30 @@ class MemoryMixin:
         with self._write(thread_id) as cur:
             self._put_manifest(cur, thread_id, payload)
 
-    def log_turn(self: Any, thread_id: str, payload: dict[str, Any]) -> None:
+    def log_turn(self: Any, thread_id: str, payload: dict[str, Any],
+                 prompt: list[dict[str, Any]] | None = None) -> None:
+        """Log one ask; `prompt`: the messages it sent, kept beside it (SEMHIST_LOG_PROMPTS)."""
         with self._write(thread_id) as cur:
             request = payload.get("request")
-            cur.execute(self._sql("INSERT INTO turn_log (thread_id, at, payload, request_key) VALUES (?, ?, ?, ?)"),
+            cur.execute(self._sql("INSERT INTO turn_log (thread_id, at, payload, request_key) VALUES (?, ?, ?, ?) "
+                                  "RETURNING id"),
                         (thread_id, time.time(), json.dumps(payload, ensure_ascii=False, default=str),
                          request_key(request) if isinstance(request, str) else None))
+            turn_id = cur.fetchone()[0]
+            if prompt is not None:
+                cur.execute(self._sql("INSERT INTO turn_prompts (turn_id, thread_id, messages) VALUES (?, ?, ?)"),
+                            (turn_id, thread_id, json.dumps(prompt, ensure_ascii=False, default=str)))
 
-    def turns(self: Any, thread_id: str | None, limit: int | None = None) -> list[dict[str, Any]]:
+    def turns(self: Any, thread_id: str | None, limit: int | None = None,
+              prompts: bool = False) -> list[dict[str, Any]]:
         """The turn log of a thread (every thread when None), oldest first; the newest
-        `limit` when given. Each record carries its thread id."""
-        where, params = ("WHERE thread_id = ? ", [thread_id]) if thread_id else ("", [])
+        `limit` when given. Each record carries its thread id; with `prompts`, the messages
+        it sent as "prompt" where they were kept."""
+        where, params = ("WHERE l.thread_id = ? ", [thread_id]) if thread_id else ("", [])
+        kept, join = ("p.messages", "LEFT JOIN turn_prompts p ON p.turn_id = l.id ") if prompts else ("NULL", "")
         with self._read() as cur:
-            cur.execute(self._sql(f"SELECT thread_id, at, payload FROM turn_log {where}ORDER BY id DESC LIMIT ?"),
-                        (*params, limit or 2**31 - 1))
+            cur.execute(self._sql(f"SELECT l.thread_id, l.at, l.payload, {kept} FROM turn_log l {join}{where}"
+                                  "ORDER BY l.id DESC LIMIT ?"), (*params, limit or 2**31 - 1))
             rows = cur.fetchall()
         return [{"thread": t, "at": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds"),
-                 **json.loads(p)} for t, at, p in reversed(rows)]
+                 **json.loads(p), **({"prompt": json.loads(m)} if m else {})} for t, at, p, m in reversed(rows)]

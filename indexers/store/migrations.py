@@ -155,6 +155,13 @@ CREATE TABLE forgotten (id {id}, thread_id TEXT NOT NULL REFERENCES threads(thre
   reason TEXT NOT NULL);
 CREATE INDEX forgotten_thread ON forgotten (thread_id, id);
 """, None),
+    # The messages a logged ask sent, kept only with SEMHIST_LOG_PROMPTS (they quote the thread,
+    # so any forget of the thread clears them).
+    ("0012_turn_prompts", """
+CREATE TABLE turn_prompts (turn_id BIGINT PRIMARY KEY, thread_id TEXT NOT NULL REFERENCES threads(thread_id)
+  ON DELETE CASCADE, messages TEXT NOT NULL);
+CREATE INDEX turn_prompts_thread ON turn_prompts (thread_id);
+""", None),
 )
 
 

@@ -242,7 +242,7 @@ class History(Maintenance):
 
     def log(self, thread_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         self._current(thread_id)
-        return self.store.turns(thread_id, limit)
+        return self.store.turns(thread_id, limit, prompts=True)
 
     def close(self) -> None:
         """Finish background index work and write the FAISS files of long threads."""

@@ -25,7 +25,7 @@ from ..pipeline.elsewhere import Excerpt
 from ..pipeline.select import Carried
 from .parts import Parts
 from .states import Entry
-from .turns import prefix_marks, previous_marks, turn_record
+from .turns import kept_prompt, prefix_marks, previous_marks, turn_record
 from .views import Reach, candidate_view, end_view, reach_for
 
 
@@ -102,7 +102,8 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
             timings = {"view_ms": round((viewed - began) * 1000, 2),
                        "total_ms": round((time.perf_counter() - (start if not out else began)) * 1000, 2)}
             parts.store.log_turn(thread_id, turn_record(result, index, masker, timings, marks,
-                                                             "cache" if cache else "head"))
+                                                             "cache" if cache else "head"),
+                                 kept_prompt(result, masker) if settings.log_prompts else None)
         out.append(result)
     return out
 

@@ -23,6 +23,15 @@ def prefix_marks(messages) -> list[list]:
              count_message(m)] for m in messages[:-1]]
 
 
+def kept_prompt(result: AskResult, masker: Masker | None) -> list[dict[str, Any]]:
+    """The messages an ask sent, as the log keeps them: masked like the thread (the request
+    is the user's own text, not yet masked)."""
+    if masker is None:
+        return list(result.prompt.messages)
+    return [{**m, "content": masker(m["content"])} if isinstance(m.get("content"), str) else dict(m)
+            for m in result.prompt.messages]
+
+
 def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, timings: dict[str, float],
                 marks: list[list], layout: str = "head") -> dict[str, Any]:
     """`marks`: the prompt's `prefix_marks`, made once by the caller."""

@@ -177,6 +177,9 @@ class Settings:
     pii: str = option("off", group=WRITE, help="mask e-mails, phones, card numbers, My Numbers and postal "
                                                "addresses before storing (kept with the thread): on, off, or "
                                                "rule names")
+    log_prompts: bool = option(False, group=STORE, help="keep each logged ask's prompt messages (masked like "
+                                                        "the thread) for the inspector; any forget of the "
+                                                        "thread clears them")
     view_limit: int = option(10_000, group=SERVE, help="stored threads up to this many messages are "
                                                       "searched whole")
     ann_threshold: int = option(50_000, group=SERVE, help="vectors per thread above which FAISS goes "
@@ -310,9 +313,9 @@ def _parse(name: str, annotation: Any, raw: str) -> Any:
         if kind.startswith("int"):
             return int(raw)
         if kind.startswith("bool"):
-            if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(raw)
-            return raw.lower() in ("1", "true", "yes")
+            return raw.lower() in ("1", "true", "yes", "on")
     except ValueError as exc:
         raise ConfigError(f"SEMHIST_{name.upper()}={raw!r} is not a valid {kind}") from exc
     return raw

@@ -23,6 +23,7 @@ const WORDS = {
     topics: "topic segments", topic_shift: "topic shift", sent_vs_full: "sent / full history",
     cached_share: "cached share", recent: "Recent verbatim turns", dense: "dense (cosine)", lexical: "lexical (BM25)",
     fused: "fused", who: "who", search_placeholder: "search this thread (dense and lexical)", search_button: "Search",
+    sent: "The messages sent", not_kept: "Not kept: the service keeps them with SEMHIST_LOG_PROMPTS=on (cleared by any forget of the thread).",
     forgotten_forget: "{n} message(s) forgotten on {at} (from {from} to {to})",
     forgotten_edit: "edited on {at}: the earlier version of a message from {from} was forgotten",
     forgotten_before: "{n} message(s) before {to} forgotten by a date cut (retention), last on {at}",
@@ -47,6 +48,7 @@ const WORDS = {
     topics: "話題の区切り", topic_shift: "話題の切り替わり", sent_vs_full: "送信 / 全履歴",
     cached_share: "キャッシュ率", recent: "直近のやり取り (そのまま)", dense: "意味 (cosine)", lexical: "語 (BM25)",
     fused: "統合", who: "話者", search_placeholder: "このスレッドを検索 (意味と語)", search_button: "検索",
+    sent: "送ったメッセージ", not_kept: "保存されていません: SEMHIST_LOG_PROMPTS=on で保存します (スレッドの忘却で消えます)。",
     forgotten_forget: "{at} に {n} 件のメッセージを忘れました ({from} 〜 {to})",
     forgotten_edit: "{at} に編集: {from} のメッセージの以前の版を忘れました",
     forgotten_before: "{to} より前の {n} 件を日付で忘れました (保持期間)。最終 {at}",
@@ -270,7 +272,12 @@ function turnDetail(e, id, n) {
     el("h2", {}, t("retrieved")),
     el("table", {class: "retrieved"}, el("thead", {}, el("tr", {}, ["rank", "score", "why", "range", "messages", ""].map(
       (k) => el("th", {}, k ? t(k) : "")))), el("tbody", {}, retrieved)),
-    (e.notes || []).length ? el("p", {class: "muted"}, `${t("notes")}: ${e.notes.join("; ")}`) : null);
+    (e.notes || []).length ? el("p", {class: "muted"}, `${t("notes")}: ${e.notes.join("; ")}`) : null,
+    el("h2", {}, t("sent")),
+    e.prompt ? el("div", {class: "prompt sent"}, e.prompt.map((m) => el("pre", {"data-role": m.role},
+      el("span", {class: "role"}, `${m.name ? `${m.name} ` : ""}${m.role}: `),
+      typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? m.tool_calls))))
+      : el("p", {class: "muted"}, t("not_kept")));
 }
 
 async function tryRequest(path, id) {
