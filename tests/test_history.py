@@ -410,3 +410,15 @@ def test_kept_prompts_are_the_messages_sent_and_a_forget_clears_them(make_histor
     plain.add("plain", "user", "hello")
     plain.ask("plain", "hello?")
     assert "prompt" not in plain.log("plain")[0]  # off by default
+
+
+def test_the_log_says_what_the_budget_left_out(make_history, ramen):
+    h = make_history()
+    h.ingest("tight", ramen)
+    result = h.ask("tight", RAMEN_REQUEST, budget=Budget.parse("250"))
+    (turn,) = h.log("tight")
+    left = result.prompt.selection.left_out
+    assert left and len(turn["left_out"]) == len(left) <= 3  # the ramen topic does not fit in 250 tokens
+    kept = {result.thread.messages[p].index for p in result.included}
+    for entry in turn["left_out"]:
+        assert entry["block_messages"][0] not in kept and entry["messages"] >= 1

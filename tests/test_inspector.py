@@ -138,6 +138,8 @@ def test_a_logged_turn_shows_what_ask_retrieved(page, service):
         cells = rows.nth(i).locator("td").all_inner_texts()
         assert cells[0] == str(i + 1) and float(cells[1]) == pytest.approx(block["score"], abs=1e-4)
         assert cells[4] == str(len(block["message_indices"]))
+    logged = api(service, "GET", "/v1/threads/ramen/log?limit=1")[-1]
+    assert page.locator("details.turn[open] table.left-out tr").count() == len(logged["left_out"])
     sent = page.locator("details.turn[open] .prompt.sent pre").all_inner_texts()
     assert sent == [f"{m['role']}: {m['content']}" for m in asked["messages"]]  # the exact messages, as sent
     recent = page.locator("details.turn[open] p.recent a").get_attribute("href")

@@ -44,6 +44,9 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
                        "score": round(r.score, 4) if r.score is not None else None,
                        "start": first.timestamp.isoformat() if first.timestamp else None,
                        "end": last.timestamp.isoformat() if last.timestamp else None})
+    left = [{"block_messages": [thread.messages[r.message_ids[0]].index, thread.messages[r.message_ids[-1]].index],
+             "messages": len(r.message_ids), "score": round(r.score, 4) if r.score is not None else None}
+            for r in result.prompt.selection.left_out]
     recent = [thread.messages[p].index for p in result.prompt.selection.history_ids]
     return {
         "request": mask(result.request), "strategy": result.strategy,
@@ -52,7 +55,7 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
         "keyword": [mask(k) for k in kw.keywords] if kw else None, "extractor": kw.source if kw else None,
         "extractor_reason": kw.reason if kw else None, "intent": kw.intent if kw else None,
         "time_range": str(kw.time_range) if kw and kw.time_range else None,
-        "retrieved": blocks, "prompt_tokens": result.prompt.tokens, "budget_tokens": result.budget_tokens,
+        "retrieved": blocks, "left_out": left, "prompt_tokens": result.prompt.tokens, "budget_tokens": result.budget_tokens,
         "full_tokens": result.full_tokens, "llm_calls": result.llm_calls,
         "view": {"messages": len(index), "whole_thread": index.whole},
         "memory": None if mem is None else {

@@ -104,6 +104,7 @@ class Selection:
     earlier: tuple[Earlier, ...] = ()  # earlier turns' retrieved history, among the kept turns
     restarted: bool = True  # the cache layout: the turns start afresh (nothing is carried over)
     elsewhere: tuple[Excerpt, ...] = ()  # other threads of the channel (a request with a wider scope)
+    left_out: tuple[Retrieved, ...] = ()  # candidates ranked high enough that the budget could not hold
 
     @property
     def history_ids(self) -> tuple[int, ...]:
@@ -256,10 +257,14 @@ def unit_cost(thread: Thread, unit: tuple[int, ...], cleared: Collection[int] = 
     return cost - count_message(stored) + count_message(sent) - count_message({"role": "user", "content": request})
 
 
+LEFT_OUT = 3  # candidates the budget left out, recorded for the turn log
+
+
 def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int | None, int | None]],
          cost: Callable[[int, bool], int], budget: int, exclude: frozenset[int],
-         max_groups: int | None = None) -> list[Retrieved]:
-    """Fill `budget` tokens greedily in rank order.
+         max_groups: int | None = None) -> tuple[list[Retrieved], list[Retrieved]]:
+    """Fill `budget` tokens greedily in rank order; also what the budget left out (the
+    candidates none of whose alternatives fit, and the next one when it ran out).
 
     Each candidate offers alternatives, largest first (a whole block, then shorter stretches
     of it, then a window around its best message), made as they are read; the first
@@ -278,17 +283,34 @@ def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int
             priced[key] = cost(p, whole)
         return priced[key]
 
-    for alternatives, score, block_id, hit in candidates:
+    left: list[Retrieved] = []  # what ranked high enough but did not fit (at most LEFT_OUT)
+    remaining = iter(candidates)
+    for alternatives, score, block_id, hit in remaining:
+        offered = None
         for ids in alternatives:
             new = tuple(p for p in ids if p not in taken)
             if not new:
+                offered = None
                 break
+            offered = offered or new
             price = sum(cost_of(p, p == hit) for p in new) + RUN_OVERHEAD
             if spent + price <= budget:
                 out.append(Retrieved(new, score, len(out), block_id, (hit,) if hit in new else ()))
                 taken.update(new)
                 spent += price
+                offered = None
                 break
-        if (max_groups and len(out) >= max_groups) or budget - spent < MIN_USEFUL:
+        if offered is not None and len(left) < LEFT_OUT:
+            left.append(Retrieved(offered, score, -1, block_id))
+        if max_groups and len(out) >= max_groups:
             break
-    return out
+        if budget - spent < MIN_USEFUL:
+            # the budget is spent: the next candidate is what it left out
+            following = next(remaining, None)
+            if following is not None and len(left) < LEFT_OUT:
+                first = next(iter(following[0]), ())
+                new = tuple(p for p in first if p not in taken)
+                if new:
+                    left.append(Retrieved(new, following[1], -1, following[2]))
+            break
+    return out, left

@@ -156,11 +156,12 @@ class Blocks:
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
-        retrieved = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups)
+        retrieved, left = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups)
         if mem is None:
-            return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted)
+            return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted,
+                             left_out=tuple(left))
         return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem), cleared, earlier,
-                         restarted)
+                         restarted, left_out=tuple(left))
 
 
 # At a tight budget the recent turns beyond the protected last exchanges may take at most
