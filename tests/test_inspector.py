@@ -128,8 +128,14 @@ def test_the_timeline_draws_the_threads_blocks(page, service, thread):
             assert n == blocks[int(key)]["messages"]  # a block wholly on the page is drawn whole
 
 
-def test_a_logged_turn_shows_what_ask_retrieved(page, service):
-    asked = api(service, "POST", "/v1/threads/ramen/context", json={"request": RAMEN_REQUEST})
+def test_a_logged_turn_shows_what_ask_retrieved(page, service, store_dir, cache_dir):
+    out = subprocess.run([sys.executable, "-m", "semhist.cli", "ask", "--thread", "ramen", RAMEN_REQUEST, "--json"],
+                         capture_output=True, text=True, timeout=300, env={
+                             **os.environ, "SEMHIST_DATA_DIR": str(store_dir), "SEMHIST_CACHE_DIR": str(cache_dir),
+                             "SEMHIST_LOG_PROMPTS": "on"})
+    assert out.returncode == 0, out.stderr
+    asked = json.loads(out.stdout)  # what `semhist ask --json` reports, logged as the newest turn
+    asked["recent_message_ids"] = asked["recent_message_indices"]
     open_tab(page, service, "ramen", "turns")
     page.click("details.turn summary")  # the newest turn first
     rows = page.locator("details.turn[open] table.retrieved tbody tr")
