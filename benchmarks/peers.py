@@ -1,4 +1,4 @@
-"""semhist against the memory utilities of LangChain and LlamaIndex, in one run.
+"""semhist against the memory utilities of LangChain, LlamaIndex and the Agent Framework, in one run.
 
     .venv/bin/python benchmarks/peers.py        # LoCoMo + JMultiWOZ in full -> benchmarks/peers.{md,json,png}
     .venv/bin/python benchmarks/peers.py --limit 1 --queries 20 --out /tmp/peers    # a quick look
@@ -18,6 +18,10 @@ retrieval/evaluate.py scores, is the set of history messages in the prompt.
   stored batch (text) is matched back to the messages it was flushed from; a prompt over the budget
   by semhist's count (LlamaIndex counts text only) loses its oldest chat turns. li-memory-q1, a
   diagnostic: the block queried with the request alone instead of the last 5 messages.
+- af-window / af-budget: the Microsoft Agent Framework's `InMemoryHistoryProvider` with a run's
+  `SlidingWindowStrategy` (as many of its groups as fit the budget on the thread's mean), alone or
+  inside a `TokenBudgetComposedStrategy(token_budget=budget)` (benchmarks/peers_af.py); scored is
+  what its chat client is sent.
 - semhist: `blocks` through retrieval.evaluate.evaluate (the figures of `semhist eval`); writes are
   `History.add` per message into a store of its own (the bot's path).
 Notes written below NOTES in an existing peers.md are kept when it is written again.
@@ -60,6 +64,7 @@ from semhist import Engine, History
 from semhist.evaluate import _Tally, evaluate
 
 from common import HERE, JMULTIWOZ, LOCOMO, add_out, pct
+from peers_af import VERSION as AF_VERSION, AFMemory, window_for  # the Agent Framework's memory: not a script
 from peers_report import BUDGETS, METHODS, write  # its tables and plot: not a script
 
 DATASETS = {"LoCoMo": LOCOMO, "JMultiWOZ": JMULTIWOZ}
@@ -315,6 +320,20 @@ def run_llama(thread: Thread, t: Tallies) -> None:
 
 
 # -- semhist -------------------------------------------------------------------------------------
+# -- Microsoft Agent Framework -------------------------------------------------------------------
+def run_af(thread: Thread, t: Tallies) -> None:
+    memory, cost = AFMemory(), costs(thread)
+    for i in range(len(thread.messages)):
+        _, ms = timed(memory.write, thread, i)
+        for method in ("af-window", "af-budget"):
+            t.writes[method, None].append(ms)
+    for method in ("af-window", "af-budget"):
+        ask_all(thread, t, [method], lambda request, limit: memory.ask(
+            request, limit, window_for(memory, cost, limit, request_cost(request)), method == "af-budget"),
+            lambda answer, request: (answer[0], prompt_tokens(answer[1])))
+    memory.close()
+
+
 def semhist_writes(threads: Sequence[Thread], settings: Settings, t: Tallies) -> None:
     history = History(settings, llm=None)
     for n, thread in enumerate(threads):
@@ -339,7 +358,7 @@ def run_dataset(path: Path, limit: int | None, n_queries: int | None, workdir: P
     threads = load(path).threads[:limit] if limit else load(path).threads
     threads = [replace(th, queries=tuple([q for q in th.queries if q.has_evidence][:n_queries])) for th in threads]
     t, times = Tallies(), {}
-    for name, fn in (("lc-trim", run_trim), ("lc-vector", run_vector), ("li-memory", run_llama)):
+    for name, fn in (("lc-trim", run_trim), ("lc-vector", run_vector), ("li-memory", run_llama), ("af", run_af)):
         start = time.perf_counter()
         for thread in threads:
             fn(thread, t)
@@ -380,7 +399,8 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     subset = ", ".join(f"first {n} {what}" for n, what in ((args.limit, "threads"), (args.queries, "queries a thread"))
                        if n) or "full sets"
-    versions = {"langchain_core": langchain_core.__version__, "llama_index": llama_index.core.__version__}
+    versions = {"langchain_core": langchain_core.__version__, "llama_index": llama_index.core.__version__,
+                "agent_framework": AF_VERSION}
     command = " ".join([".venv/bin/python", "benchmarks/peers.py", *sys.argv[1:]])
     results = {"settings": {"command": command, "wall_s": round(time.perf_counter() - start, 1), "cores": os.cpu_count(),
                             "subset": subset, "budgets": list(BUDGETS), "embedder": EMBEDDER.id, "versions": versions},

@@ -8,11 +8,13 @@ from pathlib import Path
 from common import out_file, write_json
 
 BUDGETS = ("10%", "25%")
-METHODS = ("lc-trim", "lc-vector", "lc-vector-named", "li-memory", "li-memory-q1", "semhist")
-PEERS = ("lc-trim", "lc-vector", "lc-vector-named", "li-memory")  # li-memory-q1 is a diagnostic
+METHODS = ("lc-trim", "lc-vector", "lc-vector-named", "li-memory", "li-memory-q1", "af-window", "af-budget", "semhist")
+PEERS = ("lc-trim", "lc-vector", "lc-vector-named", "li-memory", "af-window", "af-budget")  # li-memory-q1: a diagnostic
 LABELS = {"lc-trim": "LangChain trim_messages", "lc-vector": "LangChain InMemoryVectorStore top-k",
           "lc-vector-named": "LangChain InMemoryVectorStore top-k, speaker in the document",
           "li-memory": "LlamaIndex Memory + VectorMemoryBlock", "li-memory-q1": "(diagnostic) li-memory, request-only query",
+          "af-window": "Agent Framework InMemoryHistoryProvider + SlidingWindowStrategy",
+          "af-budget": "Agent Framework InMemoryHistoryProvider + TokenBudgetComposedStrategy",
           "semhist": "semhist blocks"}
 COLUMNS = ("evidence_recall", "all_evidence_rate", "mean_prompt_tokens", "token_ratio", "write_p50_ms",
            "write_p95_ms", "query_p50_ms", "query_p95_ms", "over_budget", "n_queries")
@@ -51,9 +53,10 @@ def paragraph(name: str, data: dict) -> str:
 
 def markdown(results: dict, command: str, how: str) -> str:
     s = results["settings"]
-    lines = ["# semhist against LangChain and LlamaIndex memory", "",
+    lines = ["# semhist against LangChain, LlamaIndex and Agent Framework memory", "",
              f"`{command}` ({s['subset']}): {s['wall_s']} s on {s['cores']} cores, langchain-core "
-             f"{s['versions']['langchain_core']}, llama-index-core {s['versions']['llama_index']}. Every method: "
+             f"{s['versions']['langchain_core']}, llama-index-core {s['versions']['llama_index']}, agent-framework-core "
+             f"{s['versions'].get('agent_framework', '-')}. Every method: "
              f"embedder {s['embedder']}, semhist's token counter (every figure is counted by it) and the hard budget "
              "`semhist eval --budget` gives, a share of the thread's full-history tokens. Write = adding one message "
              "to the memory, query = request to prompt (ms). How each method is run: at the end.", ""]
