@@ -61,11 +61,13 @@ from semhist.kernel.model import Thread, api_name, message_text
 from semhist.kernel.settings import Budget, Settings
 from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_text
 from semhist import Engine, History
-from semhist.evaluate import _Tally, evaluate
+from semhist.evaluate import evaluate
 
 from common import HERE, JMULTIWOZ, LOCOMO, add_out, pct
-from peers_af import VERSION as AF_VERSION, AFMemory, window_for  # the Agent Framework's memory: not a script
-from peers_report import BUDGETS, METHODS, write  # its tables and plot: not a script
+# this script's own parts, not scripts: the Agent Framework's memory, the scoring, the report
+from peers_af import VERSION as AF_VERSION, run_af
+from peers_report import BUDGETS, METHODS, write
+from peers_scoring import Tallies, ask_all, budget_tokens, costs, prompt_tokens, request_cost, timed
 
 DATASETS = {"LoCoMo": LOCOMO, "JMultiWOZ": JMULTIWOZ}
 LI_VARIANTS = {"li-memory": False, "li-memory-q1": True}  # request_only
@@ -132,60 +134,6 @@ def lc_tokens(messages: list[BaseMessage]) -> int:
 
 def li_tokenizer(text: str) -> list[int]:
     return [0] * count_text(text)  # Memory takes len() of what its tokenizer returns
-
-
-def prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    return REPLY_PRIMING + sum(count_message(m) for m in messages)
-
-
-# -- budgets, scores, timings --------------------------------------------------------------------
-def request_cost(request: str) -> int:
-    return prompt_tokens([{"role": "user", "content": request}])
-
-
-def budget_tokens(budget: str, history_tokens: int, request: str) -> int:
-    """What semhist's Asker.limit gives (no system prompt, no system messages in the data)."""
-    return Budget.parse(budget).tokens(request_cost(request) + history_tokens)
-
-
-def timed(fn, *args, **kwargs) -> tuple[Any, float]:
-    start = time.perf_counter()
-    return fn(*args, **kwargs), (time.perf_counter() - start) * 1000
-
-
-class Tallies:
-    """evaluate.py's query tallies, write times and counters, per (method, budget)."""
-
-    def __init__(self) -> None:
-        self.q = {(m, b): _Tally() for m in METHODS[:-1] for b in BUDGETS}
-        self.writes: dict[tuple[str, str | None], list[float]] = defaultdict(list)  # None: any budget
-        self.extra: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-
-    def score(self, key: tuple[str, str], query, kept: set[int], tokens: int, full: int, ms: float, limit: int):
-        t, relevant = self.q[key], set(query.relevant)
-        t.recall.append(len(relevant & kept) / len(relevant))
-        t.complete.append(relevant <= kept)
-        t.tokens.append(tokens)
-        t.ratio.append(tokens / full)
-        t.ms.append(ms)
-        t.over_budget += tokens > limit
-
-
-def costs(thread: Thread) -> list[int]:
-    return [count_message(m.to_openai()) for m in thread.messages]
-
-
-def ask_all(thread: Thread, t: Tallies, methods: Sequence[str], ask, read, budgets: Sequence[str] = BUDGETS):
-    """Every query at every budget: ask(request, limit) is timed, read(its answer, request)
-    gives the history positions in the prompt and its tokens; scored for each of `methods`."""
-    full = sum(costs(thread))
-    for q in thread.queries:
-        for b in budgets:
-            limit = budget_tokens(b, full, q.text)
-            answer, ms = timed(ask, q.text, limit)
-            kept, tokens = read(answer, q.text)
-            for method in methods:
-                t.score((method, b), q, kept, tokens, request_cost(q.text) + full, ms, limit)
 
 
 # -- LangChain -----------------------------------------------------------------------------------
@@ -320,20 +268,6 @@ def run_llama(thread: Thread, t: Tallies) -> None:
 
 
 # -- semhist -------------------------------------------------------------------------------------
-# -- Microsoft Agent Framework -------------------------------------------------------------------
-def run_af(thread: Thread, t: Tallies) -> None:
-    memory, cost = AFMemory(), costs(thread)
-    for i in range(len(thread.messages)):
-        _, ms = timed(memory.write, thread, i)
-        for method in ("af-window", "af-budget"):
-            t.writes[method, None].append(ms)
-    for method in ("af-window", "af-budget"):
-        ask_all(thread, t, [method], lambda request, limit: memory.ask(
-            request, limit, window_for(memory, cost, limit, request_cost(request)), method == "af-budget"),
-            lambda answer, request: (answer[0], prompt_tokens(answer[1])))
-    memory.close()
-
-
 def semhist_writes(threads: Sequence[Thread], settings: Settings, t: Tallies) -> None:
     history = History(settings, llm=None)
     for n, thread in enumerate(threads):

@@ -1,6 +1,7 @@
 """The Microsoft Agent Framework's own memory for benchmarks/peers.py (a module of that script,
 not a script): `InMemoryHistoryProvider` holds the thread, a run's `compaction_strategy` cuts it
-to the budget, and a chat client of the framework's own kind records what the model is sent.
+to the budget, and a chat client of the framework's own kind records what the model is sent;
+`run_af` scores both variants as peers.py scores every method.
 
 - af-window: `SlidingWindowStrategy(keep_last_groups=k)`, k the number of the thread's groups
   (the framework makes a text message a group of its own) that fit the budget on average: a
@@ -22,6 +23,8 @@ from agent_framework import (Agent, AgentSession, BaseChatClient, ChatResponse, 
 
 from semhist.kernel.model import Thread, message_text
 from semhist.kernel.tokens import count_message
+
+from peers_scoring import Tallies, ask_all, costs, prompt_tokens, request_cost, timed
 
 VERSION = agent_framework.__version__
 METHODS = ("af-window", "af-budget")
@@ -91,3 +94,16 @@ def window_for(memory: AFMemory, costs: list[int], limit: int, request_cost: int
     its results: `group_messages`) that fit the budget, on the thread's mean group."""
     groups = max(1, len(group_messages(memory.state["messages"])))
     return max(1, int((limit - request_cost) // max(1.0, sum(costs) / groups)))
+
+
+def run_af(thread: Thread, t: Tallies) -> None:
+    memory, cost = AFMemory(), costs(thread)
+    for i in range(len(thread.messages)):
+        _, ms = timed(memory.write, thread, i)
+        for method in ("af-window", "af-budget"):
+            t.writes[method, None].append(ms)
+    for method in ("af-window", "af-budget"):
+        ask_all(thread, t, [method], lambda request, limit: memory.ask(
+            request, limit, window_for(memory, cost, limit, request_cost(request)), method == "af-budget"),
+            lambda answer, request: (answer[0], prompt_tokens(answer[1])))
+    memory.close()
