@@ -23,11 +23,19 @@ prompt holds (retrieved or among the recent turns).
 
 Sets: `locomo` (each conversation), `jmultiwoz` (the first threads of the joined dialogues),
 `joined` (all ten LoCoMo conversations one after another, ~190k tokens).
+
+`summary` and `structured` need an LLM: `--llm` reads the one the environment names
+(`semhist llm-server` prints what to export) and writes cache_cost_memory.md; on 2 cores the
+packaged model takes about half a minute a compaction, so run it on a subset:
+
+    python benchmarks/cache_cost.py --llm --sets locomo --conversations 1 --turns 20 \
+        --strategies full,token-budget,summary,structured --variants cache:2000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -38,8 +46,9 @@ from pathlib import Path
 from common import JMULTIWOZ, LOCOMO, add_out, save, table, teams_shape
 
 STRATEGIES = ("full", "window", "token-budget", "utterances", "blocks")
-VARIANTS = ("head:2000", "head:1000", "cache:2000", "cache:1000b", "cache:2000b")  # layout:budget
+VARIANTS = ("head:2000", "head:1000", "cache:2000", "cache:1000b", "cache:1500b", "cache:2000b")  # layout:budget
 LIFETIMES = {"warm": None, "5m": 300, "30m": 1800, "1h": 3600}
+COMPACTION_LOOKBACK = 60  # --llm: what the first compaction reads of a stored thread (the model is slow here)
 SYSTEM = ("You are the team's assistant in this Teams chat. Answer from the conversation: the quoted "
           "earlier messages and the recent turns. Be brief and exact; say so when the conversation does not say.")
 
@@ -76,8 +85,9 @@ def _raw(m, position: int) -> dict:
     return {k: v for k, v in raw.items() if v is not None}
 
 
-def run_thread(thread, turns: int, strategies, layouts, workdir: Path) -> dict:
-    """`layouts`: the variants, each "layout:budget"; each gets a store of its own."""
+def run_thread(thread, turns: int, strategies, layouts, workdir: Path, llm: bool = False) -> dict:
+    """`layouts`: the variants, each "layout:budget"; each gets a store of its own. `llm`: the
+    LLM the environment names summarizes (summary, structured); else there is none."""
     from semhist import Budget, History, Settings
     from semhist.billing import cached_tokens, prompt_tokens
 
@@ -85,9 +95,12 @@ def run_thread(thread, turns: int, strategies, layouts, workdir: Path) -> dict:
     starts = [p for p, m in enumerate(messages) if m.role == "user" and isinstance(m.content, str) and m.content.strip()]
     loop = starts[-turns:]
     first = loop[0]
-    histories = {v: History(Settings.load(env={}, db=f"sqlite:///{workdir / f'{thread.id}-{i}.db'}",
+    env = {k: v for k, v in os.environ.items() if k.startswith(("SEMHIST_LLM", "OPENAI_", "AZURE_OPENAI"))} if llm else {}
+    histories = {v: History(Settings.load(env=env, db=f"sqlite:///{workdir / f'{thread.id}-{i}.db'}",
                                           data_dir=workdir, cache_dir=workdir / "cache", keyword="local",
-                                          system_prompt=SYSTEM, layout=v.split(":")[0]), llm=None)
+                                          system_prompt=SYSTEM, layout=v.split(":")[0], llm_timeout=600,
+                                          compaction_lookback=COMPACTION_LOOKBACK if llm else 0),
+                            llm="auto" if llm else None)
                  for i, v in enumerate(layouts)}
     ids: dict[int, int] = {}
     for h in histories.values():
@@ -130,16 +143,17 @@ def run_thread(thread, turns: int, strategies, layouts, workdir: Path) -> dict:
     return {"records": records, "recall": recall}
 
 
-def bills(records: list[dict], lifetime: float | None) -> dict[str, float]:
+def bills(records: list[dict], lifetime: float | None) -> dict[str, list[float]]:
+    """Each turn's billed input per price model (the first turn finds the cache cold)."""
     from semhist.billing import PRICE_MODELS
 
-    out = {"openai": [], "anthropic": []}
+    out: dict[str, list[float]] = {"openai": [], "anthropic": []}
     for i, r in enumerate(records):
         warm = i > 0 and (lifetime is None or (r["at"] - records[i - 1]["at"]).total_seconds() <= lifetime)
         cached = r["cached"] if warm else 0
         for model in out:
             out[model].append(PRICE_MODELS[model].billed(r["tokens"], cached))
-    return {m: statistics.fmean(v) for m, v in out.items()}
+    return out
 
 
 def summarize(set_name: str, runs: list[dict], strategies, layouts) -> list[dict]:
@@ -156,7 +170,9 @@ def summarize(set_name: str, runs: list[dict], strategies, layouts) -> list[dict
             for label, lifetime in LIFETIMES.items():
                 per = [bills(rec, lifetime) for rec in recs]
                 for model in ("openai", "anthropic"):
-                    row[f"{model}_{label}"] = round(statistics.fmean(p[model] for p in per))
+                    row[f"{model}_{label}"] = round(statistics.fmean(statistics.fmean(p[model]) for p in per))
+                    if label == "warm":  # the dearest warm turn (the first turn of a thread is cold)
+                        row[f"{model}_max"] = round(max(v for p in per for v in p[model][1:]))
             rows.append(row)
     full = {(r["set"]): r for r in rows if r["strategy"] == "full" and r["layout"].startswith("head")}
     for r in rows:
@@ -173,15 +189,16 @@ def render(results: dict) -> str:
              f"(`full` has no budget; 1000b = 1,000 billed tokens), {a['turns']} turns per thread, Teams-shaped "
              "threads. Billed input in "
              "uncached-token equivalents per turn, mean; `vs full` = billed at a warm cache against `full` in the "
-             "head layout (openai / anthropic). Reuse = the share of a prompt's tokens that repeat the previous "
+             "head layout (openai / anthropic); dearest warm turn = the most one turn bills with the cache warm "
+             "(openai / anthropic). Reuse = the share of a prompt's tokens that repeat the previous "
              "turn's prompt. Recall = evidence recall of the benchmark's questions asked along the loop.", ""]
     for set_name, info in results["sets"].items():
         lines += [f"## {set_name}: {info['threads']} thread(s), {info['messages']:,} messages, "
                   f"~{info['tokens']:,} tokens", ""]
         lines += table(["strategy", "layout:budget", "prompt tokens", "reuse", "openai warm", "anthropic warm",
-                        "openai 5m / 30m / 1h", "anthropic 5m / 30m / 1h", "vs full", "recall"],
+                        "dearest warm turn", "openai 5m / 30m / 1h", "anthropic 5m / 30m / 1h", "vs full", "recall"],
                        [[r["strategy"], r["layout"], f"{r['prompt_tokens']:,}", r["reuse"], f"{r['openai_warm']:,}",
-                         f"{r['anthropic_warm']:,}",
+                         f"{r['anthropic_warm']:,}", f"{r['openai_max']:,} / {r['anthropic_max']:,}",
                          " / ".join(f"{r[f'openai_{x}']:,}" for x in ("5m", "30m", "1h")),
                          " / ".join(f"{r[f'anthropic_{x}']:,}" for x in ("5m", "30m", "1h")),
                          " / ".join(str(v) for v in r.get("vs_full", [])), r["recall"]]
@@ -198,6 +215,8 @@ def main() -> None:
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--variants", default=",".join(VARIANTS), help="layout:budget, the budget in tokens (2000) "
                                                                  "or billed tokens (1000b)")
+    p.add_argument("--llm", action="store_true", help="summarize with the LLM the environment names "
+                                                      "(summary, structured); writes cache_cost_memory.md")
     add_out(p)
     args = p.parse_args()
     from semhist.kernel.tokens import count_message
@@ -210,7 +229,7 @@ def main() -> None:
         by_set.setdefault(set_name, []).append(thread)
     with tempfile.TemporaryDirectory(prefix="semhist-cache-cost-") as tmp:
         for set_name, threads in by_set.items():
-            runs = [run_thread(t, args.turns, strategies, layouts, Path(tmp)) for t in threads]
+            runs = [run_thread(t, args.turns, strategies, layouts, Path(tmp), args.llm) for t in threads]
             results["sets"][set_name] = {
                 "threads": len(threads), "messages": sum(len(t.messages) for t in threads),
                 "tokens": sum(count_message(m.to_openai()) for t in threads for m in t.messages) // len(threads),
@@ -219,7 +238,7 @@ def main() -> None:
     command = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                        if k != "out" and v != p.get_default(k))
     results["args"] = {**{k: v for k, v in vars(args).items() if k != "out"}, "command": command}
-    save(results, args.out, "cache_cost", render)
+    save(results, args.out, "cache_cost_memory" if args.llm else "cache_cost", render)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def test_the_cache_layout_keeps_each_prompt_start_and_holds_a_billed_budget(make
         messages = list(result.prompt.messages)
         assert messages[0] == {"role": "system", "content": SYSTEM}
         assert messages[-1]["role"] == "user" and messages[-1]["content"] == result.request
-        assert _is_context(messages[-2])  # this turn's retrieval: just before the request
+        if k < len(TOPICS):  # a new topic: this turn's retrieval, just before the request
+            assert _is_context(messages[-2])
         assert result.prompt.tokens <= 10_000  # 1,000 billed tokens at 0.1x: the prompt's hard limit
         carried += sum(_is_context(m) for m in messages[:-2]) > 0
         if k:
@@ -89,9 +90,11 @@ def test_the_cache_layout_keeps_each_prompt_start_and_holds_a_billed_budget(make
             shares.append(cached_tokens(before.prompt.messages, messages) / prompt_tokens(messages))
             if not cache["restarted"]:  # the turns did not start again
                 continued += 1
-                kept = list(before.prompt.messages[:-2]) + [before.prompt.messages[-2]]  # its retrieval carried
-                assert messages[:len(kept) - 1] == kept[:-1]
-                assert kept[-1] in messages[:-2]  # the previous retrieval, kept where it was
+                end = -2 if _is_context(before.prompt.messages[-2]) else -1
+                kept = list(before.prompt.messages[:end])
+                assert messages[:len(kept)] == kept  # the previous prompt is this one's start...
+                if end == -2:  # ...and its retrieval is kept where it was
+                    assert before.prompt.messages[-2] in messages[:-2]
     assert continued >= len(prompts) // 2 and carried >= 3
     assert sum(shares) / len(shares) >= 0.6, shares
     # the turn log says so: cached tokens per ask, and the bill they make (semhist stats)
@@ -101,6 +104,24 @@ def test_the_cache_layout_keeps_each_prompt_start_and_holds_a_billed_budget(make
     figures = stats(history.store, "t", "anthropic")["overall"]
     assert figures["cached_tokens"] > 0.5 * figures["tokens_sent"]
     assert figures["billed_input"] < 0.7 * figures["tokens_sent"] and figures["price_model"] == "anthropic"
+
+
+def test_a_topic_that_comes_back_costs_no_new_retrieval_while_it_is_carried(make_history):
+    """The best groups are the best groups: those an earlier turn brought and the prompt still
+    carries count among the `top_n`, so a topic that holds adds no retrieval billed in full."""
+    history = make_history(layout="cache", system_prompt=SYSTEM)
+    history.add_many("t", teams_thread(400))
+    prompts = _loop(history, 10, Budget.parse("1000b"))  # each of the five topics asked twice
+
+    def fresh(k: int) -> int:  # the tokens retrieved for turn k alone, billed in full
+        messages = prompts[k][0].prompt.messages
+        return prompt_tokens([messages[-2]]) if _is_context(messages[-2]) else 0
+
+    first = [fresh(k) for k in range(1, len(TOPICS))]  # the first ask filled its budget: no earlier prompt
+    again = [fresh(k) for k in range(len(TOPICS) + 1, 2 * len(TOPICS)) if not prompts[k][1]["restarted"]]
+    assert again and all(first), (first, again)
+    assert sum(again) / len(again) < 0.5 * sum(first) / len(first), (first, again)
+    assert min(again) == 0, again  # at least one topic's groups all still carried
 
 
 def test_the_turns_start_again_when_what_they_carry_outgrows_the_budget(make_history):

@@ -20,7 +20,7 @@ from semhist.pipeline.select import Selection
 
 from semhist.pipeline.strategies import NEEDS_LLM, STRATEGIES
 
-from .injection import CORPUS, IDS, REQUEST, check_prompt, planted, thread_rows
+from .injection import CORPUS, IDS, REQUEST, check_prompt, marker, planted, thread_rows
 
 SHOWN_BY = {"full", "blocks"}  # the strategies whose prompt must show the planted message
 # summary and structured send the turns as the others do, plus the memory message (checked
@@ -66,14 +66,18 @@ def test_the_cache_layout_carries_earlier_retrievals_as_data(make_history):
     history = make_history(layout="cache")
     for i, case in enumerate(CORPUS[:6]):
         history.add_many(f"t{i}", thread_rows(case, more=20))
-        # the budget's retrieval is carried in place while the next turns ask of other things
-        for turn, request in enumerate((REQUEST, "Which hotel option did we pick?", "And for the trains?")):
+        # the budget talk retrieved (the second ask: the first fills its budget and is not carried),
+        # then carried in place while the next turn asks of something else
+        carried = 0
+        for turn, request in enumerate((REQUEST, "What range did we say for the budget?", "And for the trains?")):
             history.add(f"t{i}", "user", request, name="Aiko", key=f"q{turn}")
             result = history.ask(f"t{i}", request, budget=Budget.parse("800"))
             history.add(f"t{i}", "assistant", f"As agreed ({turn}).", key=f"r{turn}")
-            shown = check_prompt(list(result.prompt.messages), case)
-        contexts = [m for m in result.prompt.messages if "<retrieved_history>" in str(m["content"])]
-        assert shown and len(contexts) >= 2, result.prompt.messages
+            check_prompt(list(result.prompt.messages), case)
+            # an earlier turn's retrieval with the planted text, among the turns (this turn's comes last)
+            carried += any("<retrieved_history>" in str(m["content"]) and marker(case) in str(m["content"])
+                           for m in result.prompt.messages[:-2])
+        assert carried >= 1, result.prompt.messages
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -262,7 +262,7 @@ LEFT_OUT = 3  # candidates the budget left out, recorded for the turn log
 
 def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int | None, int | None]],
          cost: Callable[[int, bool], int], budget: int, exclude: frozenset[int],
-         max_groups: int | None = None) -> tuple[list[Retrieved], list[Retrieved]]:
+         max_groups: int | None = None, count_kept: bool = False) -> tuple[list[Retrieved], list[Retrieved]]:
     """Fill `budget` tokens greedily in rank order; also what the budget left out (the
     candidates none of whose alternatives fit, and the next one when it ran out).
 
@@ -271,6 +271,8 @@ def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int
     alternative that still fits is taken, so a block is never
     cut below the window a fact needs. Messages already kept are not paid for twice. A
     candidate's hit (its 4th item) is priced and shown whole (`cost(position, whole)`).
+    With `count_kept`, a candidate the prompt already holds whole counts towards `max_groups`:
+    the best groups are the best ones, whether or not an earlier turn already brought them.
     """
     out: list[Retrieved] = []
     taken = set(exclude)
@@ -284,6 +286,7 @@ def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int
         return priced[key]
 
     left: list[Retrieved] = []  # what ranked high enough but did not fit (at most LEFT_OUT)
+    held = 0  # candidates the prompt already held whole (counted with `count_kept`)
     remaining = iter(candidates)
     for alternatives, score, block_id, hit in remaining:
         offered = None
@@ -291,6 +294,7 @@ def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int
             new = tuple(p for p in ids if p not in taken)
             if not new:
                 offered = None
+                held += count_kept
                 break
             offered = offered or new
             price = sum(cost_of(p, p == hit) for p in new) + RUN_OVERHEAD
@@ -302,7 +306,7 @@ def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int
                 break
         if offered is not None and len(left) < LEFT_OUT:
             left.append(Retrieved(offered, score, -1, block_id))
-        if max_groups and len(out) >= max_groups:
+        if max_groups and len(out) + held >= max_groups:
             break
         if budget - spent < MIN_USEFUL:
             # the budget is spent: the next candidate is what it left out

@@ -156,7 +156,8 @@ class Blocks:
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
-        retrieved, left = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups)
+        retrieved, left = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups,
+                               count_kept=fresh is not None)
         if mem is None:
             return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted,
                              left_out=tuple(left))
