@@ -174,7 +174,8 @@ def summarize(set_name: str, runs: list[dict], strategies, layouts) -> list[dict
                     if label == "warm":  # the dearest warm turn (the first turn of a thread is cold)
                         row[f"{model}_max"] = round(max(v for p in per for v in p[model][1:]))
             rows.append(row)
-    full = {(r["set"]): r for r in rows if r["strategy"] == "full" and r["layout"].startswith("head")}
+    # `full` is the same prompt in every layout: the head layout's row, else any
+    full = {r["set"]: r for r in sorted(rows, key=lambda r: r["layout"].startswith("head")) if r["strategy"] == "full"}
     for r in rows:
         f = full.get(r["set"])
         if f:
@@ -198,7 +199,8 @@ def render(results: dict) -> str:
         lines += table(["strategy", "layout:budget", "prompt tokens", "reuse", "openai warm", "anthropic warm",
                         "dearest warm turn", "openai 5m / 30m / 1h", "anthropic 5m / 30m / 1h", "vs full", "recall"],
                        [[r["strategy"], r["layout"], f"{r['prompt_tokens']:,}", r["reuse"], f"{r['openai_warm']:,}",
-                         f"{r['anthropic_warm']:,}", f"{r['openai_max']:,} / {r['anthropic_max']:,}",
+                         f"{r['anthropic_warm']:,}",
+                         f"{r['openai_max']:,} / {r['anthropic_max']:,}" if "openai_max" in r else "not recorded",
                          " / ".join(f"{r[f'openai_{x}']:,}" for x in ("5m", "30m", "1h")),
                          " / ".join(f"{r[f'anthropic_{x}']:,}" for x in ("5m", "30m", "1h")),
                          " / ".join(str(v) for v in r.get("vs_full", [])), r["recall"]]
@@ -235,7 +237,7 @@ def main() -> None:
                 "tokens": sum(count_message(m.to_openai()) for t in threads for m in t.messages) // len(threads),
                 "rows": summarize(set_name, runs, strategies, layouts)}
     results["seconds"] = time.perf_counter() - started
-    command = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+    command = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
                        if k != "out" and v != p.get_default(k))
     results["args"] = {**{k: v for k, v in vars(args).items() if k != "out"}, "command": command}
     save(results, args.out, "cache_cost_memory" if args.llm else "cache_cost", render)
