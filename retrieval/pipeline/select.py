@@ -294,7 +294,7 @@ def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int
             new = tuple(p for p in ids if p not in taken)
             if not new:
                 offered = None
-                held += count_kept
+                held += 1 if count_kept else 0  # the prompt holds what this candidate is about
                 break
             offered = offered or new
             price = sum(cost_of(p, p == hit) for p in new) + RUN_OVERHEAD
