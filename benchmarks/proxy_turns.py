@@ -193,7 +193,8 @@ def main() -> None:
     parser.add_argument("--upstream", default="http://127.0.0.1:8080/v1")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m")
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--history-tokens", type=int, default=6000, help="the packaged model takes 8,192 tokens; start it with --ctx-size 16384 for more")
+    parser.add_argument("--history-tokens", type=int, default=6000,
+                        help="the packaged model takes 8,192 tokens; start it with --ctx-size 16384 for more")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--layout", default="cache", choices=["head", "cache"], help="semhist's prompt layout")
