@@ -26,10 +26,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import LOCOMO, add_out, out_file, pct, write_json
-from service_load import Server, loads, prefill, run, settle, socket_port
+from common import LOCOMO, ROOT, add_out, out_file, pct, write_json
+from service_bots import Server, loads, prefill, run, settle, socket_port
 
-CONFIG = Path(__file__).resolve().parents[1] / "docs" / "samples" / "haproxy.cfg"
+CONFIG = ROOT / "docs" / "samples" / "haproxy.cfg"
 HASH = "balance hash var(txn.thread)"
 
 

@@ -43,6 +43,8 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
                  ["multihop.json", "multihop.md"], True),
     "peers": (["--dataset", "LoCoMo", "--limit", "1", "--queries", "2"], ["peers.json", "peers.md", "peers.png"], True),
     "probes": (["--limit", "2", "--strategy", "window", "--strategy", "blocks"], ["probes.json", "probes.md"], False),
+    "routing_load": (["--db", PG, "--bots", "3", "--min-messages", "40", "--max-messages", "80", "--pace", "0.5",
+                      "--duration", "3", "--workdir", WORK], ["routing_load.json", "routing_load.md"], True),
     "scale": (["--sizes", "200", "--pg", PG, "--workdir", WORK, "--cache-dir", CACHE], ["scale.json", "scale.md"], True),
     "segmentation": (["--limit", "2"], ["segmentation.md"], True),
     "service_load": (["--workers", "1", "--bots", "2", "--min-messages", "40", "--max-messages", "80", "--pace", "0.5",
