@@ -85,7 +85,8 @@ class ForgetMixin:
             # date cuts (retention runs) extend one record: the log stays as long as the thread's cuts, not their number
             cur.execute(self._sql("UPDATE forgotten SET at = ?, first_ts = CASE WHEN first_ts < ? THEN first_ts ELSE ? END, "
                                   "last_ts = CASE WHEN last_ts > ? THEN last_ts ELSE ? END, messages = messages + ? "
-                                  "WHERE id = ?"), (time.time(), first, first, last, last, len(gone), newest[0]))
+                                  "WHERE thread_id = ? AND id = ?"),
+                        (time.time(), first, first, last, last, len(gone), thread_id, newest[0]))
             return
         cur.execute(self._sql("INSERT INTO forgotten (thread_id, at, first_ts, last_ts, messages, reason) "
                               "VALUES (?, ?, ?, ?, ?, ?)"), (thread_id, time.time(), first, last, len(gone), reason))

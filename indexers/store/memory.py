@@ -106,7 +106,7 @@ class MemoryMixin:
         `limit` when given. Each record carries its thread id; with `prompts`, the messages
         it sent as "prompt" where they were kept."""
         where, params = ("WHERE l.thread_id = ? ", [thread_id]) if thread_id else ("", [])
-        kept, join = ("p.messages", "LEFT JOIN turn_prompts p ON p.turn_id = l.id ") if prompts else ("NULL", "")
+        kept, join = ("p.messages", "LEFT JOIN turn_prompts p ON p.thread_id = l.thread_id AND p.turn_id = l.id ") if prompts else ("NULL", "")
         with self._read() as cur:
             cur.execute(self._sql(f"SELECT l.thread_id, l.at, l.payload, {kept} FROM turn_log l {join}{where}"
                                   "ORDER BY l.id DESC LIMIT ?"), (*params, limit or 2**31 - 1))

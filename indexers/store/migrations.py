@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from semhist.kernel.tokens import count_message
+from .partitions import partition_tables
 from .rows import column_terms, request_key
 
 SQLITE, POSTGRES = "sqlite", "postgresql"
@@ -162,6 +163,9 @@ CREATE TABLE turn_prompts (turn_id BIGINT PRIMARY KEY, thread_id TEXT NOT NULL R
   ON DELETE CASCADE, messages TEXT NOT NULL);
 CREATE INDEX turn_prompts_thread ON turn_prompts (thread_id);
 """, None),
+    # PostgreSQL: every table of thread rows in hash partitions of thread_id, keyed by it first
+    # (partitions.py says why and how the count grows); SQLite keeps its tables as they are.
+    ("0013_partitions_by_thread", "", partition_tables),
 )
 
 

@@ -42,6 +42,7 @@ def _hung_up(conn) -> bool:
 class PostgresStore(SQLStore):
     placeholder = "%s"
     dialect = "postgresql"
+    _thread_check = "thread_id"
     types = {"id": "BIGSERIAL PRIMARY KEY", "blob": "BYTEA", "real": "DOUBLE PRECISION"}
 
     def __init__(self, url: str, connect_timeout: float = 10.0):

@@ -29,7 +29,8 @@ class ReadMixin:
             if ids is not None:
                 out = []
                 for chunk in chunks([int(i) for i in ids]):  # by primary key; the thread is checked here
-                    cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE id IN ({marks(chunk)})"), chunk)
+                    cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE id IN ({marks(chunk)}) "
+                                          f"AND {self._thread_check} = ?"), (*chunk, thread_id))
                     out.extend(message_row(r, with_vectors) for r in cur.fetchall() if r[1] == thread_id)
                 return sorted(out, key=lambda m: m.key)
             if last is not None:
@@ -179,10 +180,8 @@ class ReadMixin:
         out: dict[int, int | None] = {}
         with self._read() as cur:
             for chunk in chunks([int(i) for i in ids]):
-                # by primary key (the thread is checked here): with thread_id in the WHERE, SQLite
-                # walks the thread's block index instead
-                cur.execute(self._sql(f"SELECT id, block_no, thread_id FROM messages WHERE id IN ({marks(chunk)})"),
-                            chunk)
+                cur.execute(self._sql(f"SELECT id, block_no, thread_id FROM messages WHERE id IN ({marks(chunk)}) "
+                                      f"AND {self._thread_check} = ?"), (*chunk, thread_id))
                 out.update((int(i), b) for i, b, t in cur.fetchall() if t == thread_id)
         return out
 

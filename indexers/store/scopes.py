@@ -55,12 +55,16 @@ class ScopeMixin:
         """Record that the response `response_id` (a Responses API reply) belongs to the thread
         (the first record of an id stays)."""
         with self._write(thread_id) as cur:
-            cur.execute(self._sql("INSERT INTO response_threads (response_id, thread_id, at) VALUES (?, ?, ?) "
-                                  "ON CONFLICT (response_id) DO NOTHING"), (response_id, thread_id, time.time()))
+            # keyed by thread (partitions, shards): that the id is new is checked, not constrained
+            cur.execute(self._sql("INSERT INTO response_threads (response_id, thread_id, at) SELECT ?, ?, ? "
+                                  "WHERE NOT EXISTS (SELECT 1 FROM response_threads WHERE response_id = ?)"),
+                        (response_id, thread_id, time.time(), response_id))
 
     def response_thread(self: Any, response_id: str) -> str | None:
         """The thread a recorded response belongs to (None: not recorded, or forgotten)."""
         with self._read() as cur:
-            cur.execute(self._sql("SELECT thread_id FROM response_threads WHERE response_id = ?"), (response_id,))
+            # the one look-up not keyed on the thread: PostgreSQL probes each partition's index
+            cur.execute(self._sql("SELECT thread_id FROM response_threads WHERE response_id = ? ORDER BY at LIMIT 1"),
+                        (response_id,))
             row = cur.fetchone()
         return row[0] if row else None

@@ -18,6 +18,7 @@ from .lexical_keys import block_document
 from .memory import MemoryMixin
 from .reads import ReadMixin
 from .scopes import ScopeMixin
+from . import partitions
 from .migrations import MIGRATIONS, script
 from semhist.kernel.ids import check_thread_id
 
@@ -38,6 +39,10 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
     dialect = "sqlite"
     types = {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "blob": "BLOB", "real": "REAL"}
     url: str = ""
+    # How a look-up of messages by id names their thread. SQLite: `+thread_id` (no index), else
+    # it walks the thread's index instead of the ids' primary key; PostgreSQL: `thread_id`, which
+    # keeps the look-up in the thread's partition.
+    _thread_check = "+thread_id"
 
     # -- dialect hooks -------------------------------------------------------------------
     @contextmanager
@@ -97,6 +102,14 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
                     cur.execute(self._sql("INSERT INTO store_meta (key, value) VALUES ('uid', ?)"), (uuid.uuid4().hex,))
             applied.append(name)
         return applied
+
+    def partitions(self) -> dict[str, dict[int, int]]:
+        """PostgreSQL: for each table of thread rows, its hash partitions by modulus ({}: SQLite)."""
+        return partitions.layout(self)
+
+    def raise_partitions(self, count: int, progress: Callable[[int, int], None] | None = None) -> int:
+        """PostgreSQL: split the partitions until each table has `count` (partitions.py)."""
+        return partitions.raise_partitions(self, count, progress)
 
     def applied_migrations(self) -> list[str]:
         with self._read() as cur:
@@ -174,6 +187,14 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
             cur.execute(self._sql("SELECT retention_days FROM threads WHERE thread_id = ?"), (thread_id,))
             row = cur.fetchone()
             return row[0] if row else None
+
+    def retained(self) -> list[tuple[str, float]]:
+        """(thread, days) of every thread with a retention period: one pass over `threads`,
+        not the per-thread look-ups of `threads()`."""
+        with self._read() as cur:
+            cur.execute("SELECT thread_id, retention_days FROM threads WHERE retention_days IS NOT NULL "
+                        "ORDER BY thread_id")
+            return [(t, float(d)) for t, d in cur.fetchall()]
 
     # -- writes --------------------------------------------------------------------------
     def pii(self, thread_id: str) -> str | None:

@@ -175,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thread", help="one thread only")
     p.add_argument("--json", action="store_true")
 
+    p = _command(sub, "partitions", stored.cmd_partitions, READING,
+                 help="PostgreSQL: the hash partitions of semhist's tables by thread; --raise-to splits them")
+    p.add_argument("--raise-to", type=int, metavar="N",
+                   help="split every partition until each table has N (a multiple of the current count); "
+                        "requests wait while each step moves one partition's rows")
+    p.add_argument("--json", action="store_true")
+
     p = _command(sub, "serve", serving.cmd_serve, SERVING,
                  help="serve stored threads over HTTP (JSON API, OpenAPI at /openapi.json; extra semhist[service])")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; anything but loopback needs "

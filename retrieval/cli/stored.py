@@ -1,5 +1,5 @@
 """`semhist` commands over stored threads: ingest, add, threads, forget, reindex, log,
-retention, stats. (`ask --thread` and `compare --thread` live with the file commands: one path.)"""
+retention, stats, partitions. (`ask --thread` and `compare --thread` live with the file commands: one path.)"""
 
 from __future__ import annotations
 
@@ -168,4 +168,33 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     rows = [["overall"] + [report["overall"][n] for n in names]]
     rows += [[t] + [f[n] for n in names] for t, f in report["threads"].items()]
     print(render.table(["thread"] + names, [["-" if v is None else v for v in r] for r in rows]))
+    return 0
+
+
+def cmd_partitions(args: argparse.Namespace, settings: Settings) -> int:
+    from tqdm import tqdm
+
+    store = _history(settings).store
+    if args.raise_to is not None:
+        bars: list = []  # made at the first step, so a refused count shows no bar
+
+        def progress(done: int, total: int) -> None:
+            if not bars:
+                bars.append(tqdm(total=total, desc="splitting partitions", unit="partition", file=sys.stderr,
+                                 disable=args.json))
+            bars[0].update(1)
+
+        store.raise_partitions(args.raise_to, progress)
+        for bar in bars:
+            bar.close()
+    tables = store.partitions()
+    if args.json:
+        print(json.dumps({name: {str(m): n for m, n in moduli.items()} for name, moduli in tables.items()}))
+        return 0
+    if not tables:
+        print("not partitioned (SQLite: one file; PostgreSQL stores are partitioned by thread when opened)")
+        return 0
+    rows = [[name, sum(moduli.values()), ", ".join(f"{n} of modulus {m}" for m, n in sorted(moduli.items()))]
+            for name, moduli in tables.items()]
+    print(render.table(["table", "partitions", "hash partitions of thread_id"], rows))
     return 0

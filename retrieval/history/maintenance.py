@@ -100,8 +100,8 @@ class Maintenance:
 
     def forget_expired(self: Any) -> dict[str, int]:
         now = datetime.now(timezone.utc)
-        return {info.thread_id: self.forget(info.thread_id, before=cutoff(info.retention_days, now))
-                for info in self.store.threads() if info.retention_days is not None}
+        # thread by thread: on PostgreSQL each cut is work in the thread's own partition
+        return {thread_id: self.forget(thread_id, before=cutoff(days, now)) for thread_id, days in self.store.retained()}
 
     def reindex(self: Any, thread_id: str, progress: Callable[[int], None] | None = None) -> int:
         """Embed and tokenize the thread again with the current embedder and tokenizer rules,
