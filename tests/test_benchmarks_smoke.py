@@ -34,6 +34,8 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
                  "--pg", PG, "--workdir", WORK, "--cache-dir", CACHE], ["botloop.json", "botloop.md"], True),
     "cache_cost": (["--sets", "locomo", "--conversations", "1", "--turns", "3", "--strategies", "full,blocks",
                     "--variants", "head:2000,cache:1000b"], ["cache_cost.json", "cache_cost.md"], True),
+    "cold_thread": (["--sizes", "100,600", "--recall", "1", "--cache-dir", CACHE], ["cold_thread.json", "cold_thread.md"],
+                    True),
     "forget_cost": (["--asks", "200", "--repeat", "2"], None, False),
     "limits": (["--limit", "1", "--queries", "3"], ["limits.json", "limits.md"], True),
     "long_thread_view": (["--limit", "1", "--queries", "5", "--cache-dir", CACHE], ["long_thread_view.md"], True),
@@ -41,6 +43,8 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
     # the embedders part loads two more models (e5-small, all-MiniLM on torch): half a minute more
     "multihop": (["--limit", "1", "--queries", "3", "--parts", "ranks", "variants", "oracle"],
                  ["multihop.json", "multihop.md"], True),
+    "partitions": (["--db", PG, "--bots", "3", "--min-messages", "30", "--max-messages", "60"],
+                   ["partitions.json", "partitions.md"], True),
     "peers": (["--dataset", "LoCoMo", "--limit", "1", "--queries", "2"], ["peers.json", "peers.md", "peers.png"], True),
     "probes": (["--limit", "2", "--strategy", "window", "--strategy", "blocks"], ["probes.json", "probes.md"], False),
     "routing_load": (["--db", PG, "--bots", "3", "--min-messages", "40", "--max-messages", "80", "--pace", "0.5",

@@ -152,16 +152,16 @@ class History(Maintenance):
                 self.forget(entry.thread_id, before=cutoff(days, datetime.now(timezone.utc)))
 
     # -- reads ---------------------------------------------------------------------------
-    def _current(self, thread_id: str) -> tuple[Entry, Marker]:
+    def _current(self, thread_id: str, eager: bool = False) -> tuple[Entry, Marker]:
         """The thread's entry and its current marker (one read); the entry is brought up to
-        date by `states.current` under its lock."""
+        date by `states.current` under its lock (`eager`: a file's, see `Entry.eager`)."""
         marker = self.store.marker(check_thread_id(thread_id))
         if marker is None:
             dropped = self.parts.states.discard(thread_id)
             if dropped is not None and dropped.vectors is not None:
                 dropped.vectors.drop()
             raise NotFoundError(f"no stored thread {thread_id!r}; see semhist threads")
-        entry = self.parts.states.entry(thread_id)
+        (entry := self.parts.states.entry(thread_id)).eager |= eager
         if entry.marker is not None and entry.marker.uid != marker.uid:
             entry.verified = False  # forgotten and started again: another thread under the same id
         self._verify(entry)
@@ -172,7 +172,7 @@ class History(Maintenance):
         thread_id = self.put(thread) if isinstance(thread, Thread) else thread
         entry, marker = self._current(thread_id)
         with entry.lock:
-            self.parts.states.current(entry, marker)
+            self.parts.states.current(entry, marker, wait=True)
             if entry.index is None:
                 raise InputError(f"thread {thread_id} has {marker.messages} messages, more than view_limit "
                                  f"({self.settings.view_limit}): it is searched through candidate views")
@@ -192,7 +192,7 @@ class History(Maintenance):
         """The k stored messages nearest to a query vector, with their cosine."""
         entry, marker = self._current(thread_id)
         with entry.lock:
-            self.parts.states.current(entry, marker)
+            self.parts.states.current(entry, marker, wait=True)
             if entry.index is not None:
                 scores, rows = entry.index.vectors.search(vector, k)
                 ids = [entry.index.messages[entry.index.rows[r]].index for r in rows]
@@ -229,7 +229,8 @@ class History(Maintenance):
         check_scope(scope)
         beyond = (lambda vector, keywords: scopes.excerpts(self, thread_id, vector, keywords, readable)) \
             if widened(scope, request) and not isinstance(thread, Thread) else None
-        results = request_.compare(self.parts, lambda: self._current(thread_id), thread_id, request, strategies,
+        eager = isinstance(thread, Thread)  # a file's thread: read whole by its first ask
+        results = request_.compare(self.parts, lambda: self._current(thread_id, eager), thread_id, request, strategies,
                                    budget=budget, answer=answer, keywords=keywords, strict=strict,
                                    log_turn=log_turn and not isinstance(thread, Thread),
                                    system_prompt=system_prompt, closing=closing, elsewhere=beyond)

@@ -78,7 +78,7 @@ class Parts:
     def states(self) -> ThreadStates:
         s = self.settings
         return ThreadStates(self.store, self.embedder.dim, self.segmenter, s.view_limit, self.thread_vectors,
-                            s.cache_threads, s.cache_mb * 2**20)
+                            s.cache_threads, s.cache_mb * 2**20, submit=self.executor.submit)
 
     def thread_vectors(self, thread_id: str) -> ThreadVectors:
         s = self.settings

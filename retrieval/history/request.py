@@ -26,7 +26,7 @@ from ..pipeline.select import Carried
 from .parts import Parts
 from .states import Entry
 from .turns import kept_prompt, prefix_marks, previous_marks, turn_record
-from .views import Reach, candidate_view, end_view, reach_for
+from .views import NoVectors, Reach, candidate_view, end_view, reach_for
 
 
 # Turn-log records read for the cache layout: the newest of the strategy holds its whole state,
@@ -116,7 +116,9 @@ def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reac
         return entry.index
     if reach is not None:
         return end_view(parts.store, entry.thread_id, marker, reach)
-    return candidate_view(parts.store, entry.vectors, entry.closed, marker, vector, keywords, parts.embedder.dim,
+    # a thread being read whole in the background: its first asks search the store's candidates
+    vectors = entry.vectors if entry.vectors is not None else NoVectors(entry.thread_id)
+    return candidate_view(parts.store, vectors, entry.closed, marker, vector, keywords, parts.embedder.dim,
                           parts.segmenter, recent=parts.settings.recent + 1)
 
 

@@ -2,7 +2,12 @@
 truth) and brought up to date by appends, or from the store when another process wrote.
 
 A thread up to `view_limit` messages keeps its whole index in memory; a longer one keeps
-its FAISS vectors (the candidate view of each request is read from the store). An ask checks
+its FAISS vectors (the candidate view of each request is read from the store). A process that
+has not seen a thread yet (a new replica, a thread evicted or routed elsewhere before) does
+not make the request wait for the whole thread: past `WHOLE_AT_ONCE` messages the request reads
+a candidate view (the blocks its terms and its time point to, the recent turns; no dense
+candidates, as while a long thread's FAISS index is built) while the whole thread is read in
+the background for the asks after it. An ask checks
 the thread's marker (one read): the same marker means nothing to do; a new version means
 adding what was stored since; a new generation or incarnation means building again, so no
 forgotten message is ever served from memory.
@@ -14,6 +19,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,10 +28,14 @@ from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.index.vectors import ThreadVectors
 from semhist.indexers.segment import Segmenter
 from semhist.indexers.store import AppendResult, Marker, StoreReader
+from semhist.kernel.errors import SemhistError
 
 from .views import ClosedMessages
 
 log = logging.getLogger("semhist.history")
+
+# A first ask reads a thread up to this many messages whole: about what a candidate view reads.
+WHOLE_AT_ONCE = 500
 
 
 @dataclass
@@ -40,6 +50,9 @@ class Entry:
     marker: Marker | None = None  # the store state this entry reflects
     verified: bool = False  # its manifest matches our settings
     retention_checked: float = float("-inf")
+    loading: Future | None = field(default=None, repr=False)  # the whole thread, read in the background
+    # asked as a file (a `Thread` object): read whole by its first ask, as `semhist eval` measures
+    eager: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -49,9 +62,14 @@ class Entry:
 
 class ThreadStates:
     def __init__(self, store: StoreReader, dim: int, segmenter: Segmenter, view_limit: int,
-                 make_vectors: Callable[[str], ThreadVectors], max_threads: int, max_bytes: int):
+                 make_vectors: Callable[[str], ThreadVectors], max_threads: int, max_bytes: int,
+                 submit: Callable[[Callable[[], ThreadIndex | None]], Future] | None = None):
         self.store, self.dim, self.segmenter, self.view_limit = store, dim, segmenter, view_limit
         self._make_vectors = make_vectors
+        self._submit = submit
+        # a first ask of a long thread reads a view while the thread is read in the background
+        # (False, or no `submit`: it reads the thread whole; a benchmark compares the two)
+        self.background = submit is not None
         self.max_threads, self.max_bytes = max_threads, max_bytes
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -82,11 +100,17 @@ class ThreadStates:
             return sum(e.nbytes for e in self._entries.values())
 
     # -- bringing an entry up to date (call with entry.lock held) ---------------------------
-    def current(self, entry: Entry, marker: Marker) -> Entry:
+    def current(self, entry: Entry, marker: Marker, wait: bool = False) -> Entry:
+        """Bring the entry to `marker`. Without `wait`, a thread this process has not read yet
+        may be left without its index (`entry.index` None, `entry.vectors` None) while it is
+        read in the background: the caller reads a view of it."""
         if marker.messages <= self.view_limit:
             entry.vectors = None
+            self._take_loaded(entry, wait)
             index = entry.index
-            if index is None or not marker.same_lineage(index.marker):
+            if index is None and not (wait or entry.eager) and self.background and marker.messages > WHOLE_AT_ONCE:
+                self._load_later(entry)
+            elif index is None or not marker.same_lineage(index.marker):
                 entry.index = self._load(entry.thread_id)
             elif index.marker.version != marker.version:
                 changes = self.store.changes(entry.thread_id, index.max_id, index.last_block_no)
@@ -102,6 +126,31 @@ class ThreadStates:
         entry.marker = marker
         self._evict(keep=entry.thread_id)
         return entry
+
+    def _load_later(self, entry: Entry) -> None:
+        if entry.loading is not None:
+            return  # read already; the next ask takes it
+
+        def load() -> ThreadIndex | None:
+            try:
+                return self._load(entry.thread_id)
+            except SemhistError as exc:  # the next ask reads it again, in its own path
+                log.warning("reading thread %s in the background failed: %s", entry.thread_id, exc)
+                return None
+        entry.loading = self._submit(load)
+
+    @staticmethod
+    def _take_loaded(entry: Entry, wait: bool) -> None:
+        """Take a background read that finished (it is brought up to date like any index);
+        one still running is left behind when the caller cannot wait for a queue."""
+        loading = entry.loading
+        if loading is None or not (loading.done() or wait):
+            return
+        entry.loading = None
+        if loading.done() and entry.index is None:
+            entry.index = loading.result()
+            if entry.index is not None:
+                entry.closed = ClosedMessages()  # what the views read is in the whole index now
 
     def _load(self, thread_id: str) -> ThreadIndex:
         self.loads += 1

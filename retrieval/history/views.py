@@ -76,7 +76,22 @@ class ClosedMessages:
         return len(self._held) * 700
 
 
-def candidate_view(store: StoreReader, vectors: ThreadVectors, cache: ClosedMessages, marker: Marker,
+class NoVectors:
+    """The vectors of a thread whose index is still being read (in the background): nothing to
+    search yet, as for a long thread whose FAISS index is being built. Its view takes the
+    request's terms, its time and the recent turns; their vectors come from the store."""
+
+    def __init__(self, thread_id: str):
+        self.thread_id = thread_id
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+
+    def vectors_of(self, ids: list[int]) -> dict[int, np.ndarray]:
+        return {}
+
+
+def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache: ClosedMessages, marker: Marker,
                    query: np.ndarray | None, keywords: KeywordResult | None, dim: int,
                    segmenter: Segmenter, recent: int = RECENT_VIEW) -> ThreadIndex:
     """`recent`: the newest messages wanted whole (at least `RECENT_VIEW`)."""
