@@ -14,7 +14,7 @@ from .conftest import chat
 from .workcount import count_work
 
 T0 = datetime(2026, 2, 2, 9, 0, tzinfo=timezone.utc)
-N = WHOLE_AT_ONCE + 300
+N = WHOLE_AT_ONCE + 300  # a thread long enough for its first ask to read a view
 NEEDLE = "The offsite in Zanzibar has a budget of 4,200 euros, approved by Keiko."
 
 

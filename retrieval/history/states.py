@@ -34,8 +34,10 @@ from .views import ClosedMessages
 
 log = logging.getLogger("semhist.history")
 
-# A first ask reads a thread up to this many messages whole: about what a candidate view reads.
-WHOLE_AT_ONCE = 500
+# A first ask reads a thread up to this many messages whole. A view reads about 700 messages
+# whatever the thread's length (benchmarks/cold_thread.md); below about three times that,
+# reading the thread whole costs the first ask little more and leaves nothing to read again.
+WHOLE_AT_ONCE = 2_000
 
 
 @dataclass
@@ -70,6 +72,7 @@ class ThreadStates:
         # a first ask of a long thread reads a view while the thread is read in the background
         # (False, or no `submit`: it reads the thread whole; a benchmark compares the two)
         self.background = submit is not None
+        self.whole_at_once = WHOLE_AT_ONCE
         self.max_threads, self.max_bytes = max_threads, max_bytes
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -108,7 +111,8 @@ class ThreadStates:
             entry.vectors = None
             self._take_loaded(entry, wait)
             index = entry.index
-            if index is None and not (wait or entry.eager) and self.background and marker.messages > WHOLE_AT_ONCE:
+            if index is None and not (wait or entry.eager) and self.background \
+                    and marker.messages > self.whole_at_once:
                 self._load_later(entry)
             elif index is None or not marker.same_lineage(index.marker):
                 entry.index = self._load(entry.thread_id)
