@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,22 +32,24 @@ from service_bots import Server, loads, prefill, run, settle, socket_port
 
 CONFIG = ROOT / "docs" / "samples" / "haproxy.cfg"
 HASH = "balance hash var(txn.thread)"
+CRASH = "hash-crash"  # the case --kill-after adds
 
 
 class Balancer:
     """haproxy in the foreground with the documented config (or round robin in its place)."""
 
-    def __init__(self, replicas: list[Server], balance: str, workdir: Path):
+    def __init__(self, replicas: list[Server], balance: str, workdir: Path, name: str = ""):
         text = CONFIG.read_text()
         if HASH not in text:
             raise SystemExit(f"{CONFIG} no longer says {HASH!r}")
-        config = workdir / f"haproxy-{balance}.cfg"
+        name = name or balance
+        config = workdir / f"haproxy-{name}.cfg"
         config.write_text(text if balance == "hash" else text.replace(HASH, "balance roundrobin"))
         with socket_port() as port:
             self.base = f"http://127.0.0.1:{port}"
         env = {**os.environ, "SEMHIST_LB_BIND": self.base.removeprefix("http://"),
                **{f"SEMHIST_REPLICA_{i}": f"127.0.0.1:{r.port}" for i, r in enumerate(replicas, 1)}}
-        self.log = open(workdir / f"haproxy-{balance}.log", "wb")
+        self.log = open(workdir / f"haproxy-{name}.log", "wb")
         self.proc = subprocess.Popen([shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", str(config)],
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
@@ -56,7 +59,7 @@ class Balancer:
                     return
             except OSError:
                 time.sleep(0.2)
-        raise SystemExit(f"haproxy did not start; see {workdir}/haproxy-{balance}.log")
+        raise SystemExit(f"haproxy did not start; see {workdir}/haproxy-{name}.log")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -68,26 +71,71 @@ def thread_loads(replicas: list[Server]) -> float:
     return sum(loads(urllib.request.urlopen(r.base + "/metrics").read().decode()) for r in replicas)
 
 
+def requests_served(server: Server) -> float:
+    text = urllib.request.urlopen(server.base + "/metrics").read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("semhist_http_requests_total"))
+
+
+def crash(replica: Server, after: float, down: float, events: dict) -> threading.Thread:
+    """SIGKILL the replica `after` seconds into the run, start it again `down` seconds later."""
+    def go() -> None:
+        time.sleep(after)
+        events["loads_before_kill"] = thread_loads([replica])  # its counter dies with it
+        replica.kill()
+        events["killed"] = time.monotonic()
+        time.sleep(down)
+        replica.start()
+        events["back"] = time.monotonic()
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def stored(url: str, ids: list[str]) -> tuple[int, int]:
+    """(messages stored under these ids, of them stored more than once)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT COUNT(*), COUNT(*) - COUNT(DISTINCT (thread_id, source_key)) FROM messages "
+                           "WHERE source_key = ANY(%s)", (ids,)).fetchone()
+    return int(row[0]), int(row[1])
+
+
 def case(args, url: str, balance: str, workdir: Path, cache_dir: Path, texts, questions) -> dict:
     replicas: list[Server] = []
     balancer = None
+    kill = balance == CRASH  # hashing, one replica SIGKILLed and started again
+    acked: list[str] = []
+    events: dict = {}
     try:
         for i in range(3):
             data = workdir / f"{balance}-replica{i + 1}"
             data.mkdir(exist_ok=True)
             replicas.append(Server(url, data, cache_dir, 1, data / "serve.log"))
-        balancer = Balancer(replicas, balance, workdir)
+        balancer = Balancer(replicas, "hash" if kill else balance, workdir, name=balance)
         before = thread_loads(replicas)
+        crasher = crash(replicas[0], args.kill_after, args.down, events) if kill else None
         timings, errors, rate = asyncio.run(run(balancer.base, args.bots, args.pace, args.duration, texts,
-                                                questions, seed=1))
-        loaded = thread_loads(replicas) - before
+                                                questions, seed=1, acked=acked, retry=60.0))
+        if crasher is not None:
+            crasher.join()
+        loaded = thread_loads(replicas) - before + events.get("loads_before_kill", 0.0)
+        back = requests_served(replicas[0]) if kill else None  # counted since its restart
     finally:
         if balancer:
             balancer.stop()
         for r in replicas:
             r.stop()
     asks = len(timings["context"])
-    return {"balance": balance, "bots": args.bots, "turns_per_s": round(rate, 2), "context_requests": asks,
+    extra = {}
+    if kill:
+        held, twice = stored(url, acked)
+        extra = {"crash": {"killed_at_s": args.kill_after, "down_s": args.down, "writes_acknowledged": len(acked),
+                           "stored": held, "lost": len(acked) - held, "stored_twice": twice,
+                           "failed_attempts": sum(not e.startswith("retried") for e in errors),
+                           "failed_retries": sum(e.startswith("retried") for e in errors),
+                           "served_after_restart": back}}
+    return {**extra, "balance": balance, "bots": args.bots, "turns_per_s": round(rate, 2), "context_requests": asks,
             "thread_loads": loaded, "loads_per_ask": round(loaded / asks, 3) if asks else None,
             "errors": len(errors), "error_sample": errors[:3],
             **{route: {"p50": pct(v, 50, 1), "p95": pct(v, 95, 1), "p99": pct(v, 99, 1)} for route, v in timings.items()}}
@@ -107,6 +155,17 @@ def report(result: dict) -> str:
         lines.append(f"| {r['balance']} | {r['turns_per_s']} | {r['context_requests']:,} | {r['thread_loads']:,.0f} | "
                      f"{r['loads_per_ask']} | {c['p50']} / {c['p95']} / {c['p99']} | {ap['p50']} / {ap['p95']} | "
                      f"{r['errors']} |")
+    for r in result["cases"]:
+        if "crash" in r:
+            k = r["crash"]
+            lines += ["", f"`{r['balance']}`: hashing, one replica SIGKILLed {k['killed_at_s']:.0f} s into the run and "
+                      "started again "
+                      f"{k['down_s']:.0f} s later, the bots sending a failed write again with its id (up to 60 s): "
+                      f"{k['writes_acknowledged']:,} writes acknowledged, {k['stored']:,} stored, **{k['lost']} lost**, "
+                      f"{k['stored_twice']} stored twice (requests that failed: {k['failed_attempts']} first attempts, "
+                      f"{k['failed_retries']} retries); the restarted replica served "
+                      f"{k['served_after_restart']:,.0f} requests after it came back (its threads came home). "
+                      "Its thread loads count those before the kill and those after the restart."]
     return "\n".join(lines) + "\n"
 
 
@@ -119,6 +178,9 @@ def main() -> None:
     p.add_argument("--pace", type=float, default=20.0, help="mean seconds between a bot's turns")
     p.add_argument("--duration", type=float, default=120.0)
     p.add_argument("--balance", default="hash,roundrobin")
+    p.add_argument("--kill-after", type=float, metavar="S", help="add a hashed run whose first replica is SIGKILLed "
+                   "S seconds in and started again --down seconds later; bots send failed writes again with their ids")
+    p.add_argument("--down", type=float, default=10.0)
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "semhist-routing-load"))
     add_out(p)
     args = p.parse_args()
@@ -133,7 +195,8 @@ def main() -> None:
     threads = load(LOCOMO).threads
     texts = [m.content for t in threads for m in t.messages if m.role != "system"][:5000]
     questions = [q.text for t in threads for q in t.queries if q.has_evidence]
-    cases = [case(args, args.db, b, workdir, cache_dir, texts, questions) for b in args.balance.split(",")]
+    balances = args.balance.split(",") + ([CRASH] if args.kill_after is not None else [])
+    cases = [case(args, args.db, b, workdir, cache_dir, texts, questions) for b in balances]
     command = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                        if k not in ("out", "db", "workdir") and v != p.get_default(k))
     result = {"args": {k: v for k, v in vars(args).items() if k not in ("out", "db")}, "cases": cases,
