@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from common import (HOME_CACHE, ROOT, ReadyVectors, add_out, corpus, fresh_pg, out_file, pct, read_json, rss_mb, table,
-                    teams_shape, write_json)
+                    teams_shape, teams_turn, write_json)
 
 BUDGET = "2000"
 
@@ -74,33 +74,17 @@ WARM = 1_000  # turns after which caches (SQLite pages, token counts, embeddings
 
 SHAPE = "teams"  # set by --shape
 VIEW_LIMIT: int | None = None  # set by --view-limit
-PEOPLE = ("Caroline", "Melanie", "Taro Yamada", "Hanako Sato", "Mary Ann Lee")
 
 
 def _turn_writes(turn: int, texts: list[str], when) -> tuple[list[list[dict]], list[dict]]:
-    """The user's adds before the ask (one, or two bursts) and the reply's add (with a tool
-    call and its result first, one turn in four)."""
-    user, reply = texts[(2 * turn) % len(texts)], texts[(2 * turn + 1) % len(texts)]
+    """The user's adds before the ask and the reply's add (common.teams_turn; `--shape plain`:
+    one message each, no names, keys or tools)."""
     if SHAPE == "plain":
+        user, reply = texts[(2 * turn) % len(texts)], texts[(2 * turn + 1) % len(texts)]
         return ([[{"role": "user", "content": f"{user} ({turn})", "timestamp": when.isoformat()}]],
                 [{"role": "assistant", "content": f"{reply} ({turn})",
                   "timestamp": (when + timedelta(seconds=5)).isoformat()}])
-    person = PEOPLE[turn % len(PEOPLE)]
-
-    def msg(role, content, at, key, **extra):
-        return {"role": role, "content": content, "timestamp": (when + timedelta(seconds=at)).isoformat(),
-                "id": f"1:{turn}:{key}", **extra}
-    users = [[msg("user", f"{user} ({turn})", 0, "u", name=person)]]
-    if turn % 5 == 4:  # typed in two bursts
-        users = [[msg("user", "Quick question:", 0, "u0", name=person)],
-                 [msg("user", f"{user} ({turn})", 1, "u", name=person)]]
-    out = []
-    if turn % 4 == 3:
-        call = {"id": f"call_t{turn}", "type": "function",
-                "function": {"name": "search_tickets", "arguments": json.dumps({"q": user[:40]})}}
-        out = [msg("assistant", "", 3, "c", tool_calls=[call]),
-               msg("tool", f"ticket {turn}: {reply} " * 4, 4, "r", tool_call_id=f"call_t{turn}")]
-    return users, out + [msg("assistant", f"{reply} ({turn})", 5, "a", name="semhist")]
+    return teams_turn(turn, texts, when)
 
 
 def _turns(history, threads: list[str], questions: list[str], texts: list[str], turns: int, last, seed: int = 0):

@@ -345,3 +345,30 @@ def teams_shape(messages: list) -> list:
             out[i + 1] = replace(out[i + 1], content="", tool_calls=(call,), name=None)
             out[i + 2] = replace(out[i + 2], role="tool", tool_call_id=f"call_{i}", name=None)
     return out
+
+
+TEAMS_SPEAKERS = ("Caroline", "Melanie", "Taro Yamada", "Hanako Sato", "Mary Ann Lee")
+
+
+def teams_turn(turn: int, texts: list[str], when: datetime) -> tuple[list[list[dict]], list[dict]]:
+    """One bot turn's writes as Teams delivers them: the user's adds before the ask (one, or
+    one turn in five typed in two bursts a second apart) and the reply's add (with a tool call
+    and its result first, one turn in four); each message with its speaker's name and an
+    activity id as key (botloop.py, capacity.py)."""
+    user, reply = texts[(2 * turn) % len(texts)], texts[(2 * turn + 1) % len(texts)]
+    person = TEAMS_SPEAKERS[turn % len(TEAMS_SPEAKERS)]
+
+    def msg(role, content, at, key, **extra):
+        return {"role": role, "content": content, "timestamp": (when + timedelta(seconds=at)).isoformat(),
+                "id": f"1:{turn}:{key}", **extra}
+    users = [[msg("user", f"{user} ({turn})", 0, "u", name=person)]]
+    if turn % 5 == 4:  # typed in two bursts
+        users = [[msg("user", "Quick question:", 0, "u0", name=person)],
+                 [msg("user", f"{user} ({turn})", 1, "u", name=person)]]
+    out = []
+    if turn % 4 == 3:
+        call = {"id": f"call_t{turn}", "type": "function",
+                "function": {"name": "search_tickets", "arguments": json.dumps({"q": user[:40]})}}
+        out = [msg("assistant", "", 3, "c", tool_calls=[call]),
+               msg("tool", f"ticket {turn}: {reply} " * 4, 4, "r", tool_call_id=f"call_t{turn}")]
+    return users, out + [msg("assistant", f"{reply} ({turn})", 5, "a", name="semhist")]
