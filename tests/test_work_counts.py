@@ -72,6 +72,9 @@ def teams_thread(n: int, seed: int = 7) -> list[dict]:
 
 def _append_and_ask(h, thread_id: str, budget: Budget):
     h.ask(thread_id, REQUEST, budget=budget)  # state loaded, query embedded
+    if h.parts.states.peek(thread_id).loading is not None:  # a long thread's first ask: read whole meanwhile
+        h.parts.executor.submit(lambda: None).result()
+        h.ask(thread_id, REQUEST, budget=budget)
     if h.parts.states.peek(thread_id).vectors is not None:  # a long thread's FAISS index is built in the background
         assert h.vectors(thread_id).wait(300)
         h.ask(thread_id, REQUEST, budget=budget)
