@@ -46,6 +46,8 @@ def test_the_first_ask_of_a_thread_never_seen_reads_a_view_then_the_whole_thread
     assert work["store_rows"] < N / 2, work  # not the thread's N messages
     h.parts.executor.submit(lambda: None).result()  # the whole thread, read meanwhile
     assert h.parts.states.loads == 1
+    waiting = h.parts.states.peek("19:cold@thread.v2")
+    assert waiting.index is None and waiting.nbytes >= waiting.loading.result().nbytes > 0  # counted by the cache
     again, work = count_work(ask)
     assert NEEDLE in _text(again) and work["store_rows"] <= 2, work  # now from memory
     entry = h.parts.states.peek("19:cold@thread.v2")

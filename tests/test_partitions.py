@@ -129,6 +129,8 @@ def test_raising_the_partition_count_keeps_every_row_where_its_thread_finds_it(p
     for bad in (INITIAL, 3 * INITIAL):
         with pytest.raises(InputError, match="multiple"):
             h.store.raise_partitions(bad)
+    with pytest.raises(InputError, match="at most"):  # a typo must not make a million tables
+        h.store.raise_partitions(INITIAL * 2**17)
     # the same process and a new one read and write the threads as before
     h.add("19:team3@thread.v2", "user", "and the budget for Q4?", name="Aiko", timestamp=T0 + timedelta(days=1))
     assert h.store.count("19:team3@thread.v2") == 41

@@ -20,6 +20,7 @@ of every table per transaction, so it can be stopped and run again.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ from typing import Any
 from semhist.kernel.errors import InputError
 
 INITIAL = 8
+# PostgreSQL plans a request over every partition before it prunes them: past a thousand or so
+# partitions per table planning time grows; a typo in a count must not make millions of tables.
+MOST = 1_024
 
 
 @dataclass(frozen=True)
@@ -95,35 +99,26 @@ def partition_tables(store: Any, cur: Any) -> None:
 
 @dataclass(frozen=True)
 class Partition:
-    table: str
-    name: str
     modulus: int
     remainder: int
 
 
 def partitions(cur: Any, table: str = "threads") -> list[Partition]:
     """The partitions of one of semhist's tables, by remainder (none: not partitioned)."""
-    cur.execute("SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+    cur.execute("SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
                 "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)", (table,))
-    out = []
-    for name, bound in cur.fetchall():
-        found = _BOUND.search(bound or "")
-        if found:
-            out.append(Partition(table, name, int(found.group(1)), int(found.group(2))))
-    return sorted(out, key=lambda p: (p.remainder, p.modulus))
+    found = [_BOUND.search(bound or "") for (bound,) in cur.fetchall()]
+    return sorted((Partition(int(f.group(1)), int(f.group(2))) for f in found if f),
+                  key=lambda p: (p.remainder, p.modulus))
 
 
 def layout(store: Any) -> dict[str, dict[int, int]]:
     """For each partitioned table, how many partitions it has of each modulus ({}: SQLite)."""
     if store.dialect != "postgresql":
         return {}
-    out: dict[str, dict[int, int]] = {}
     with store._read() as cur:
-        for t in TABLES:
-            for p in partitions(cur, t.name):
-                out.setdefault(t.name, {}).setdefault(p.modulus, 0)
-                out[t.name][p.modulus] += 1
-    return out
+        counted = {t.name: Counter(p.modulus for p in partitions(cur, t.name)) for t in TABLES}
+    return {name: dict(moduli) for name, moduli in counted.items() if moduli}
 
 
 def raise_partitions(store: Any, count: int, progress: Callable[[int, int], None] | None = None) -> int:
@@ -132,6 +127,8 @@ def raise_partitions(store: Any, count: int, progress: Callable[[int, int], None
     wait for it. Returns the steps taken (0: every partition had `count` already)."""
     if store.dialect != "postgresql":
         raise InputError("partitions are PostgreSQL's: a SQLite store is one file")
+    if count > MOST:
+        raise InputError(f"at most {MOST:,} partitions a table: {count:,} would slow every request's planning")
     with store._read() as cur:
         current = partitions(cur)
     if not current:

@@ -28,10 +28,10 @@ class ReadMixin:
         with self._read() as cur:
             if ids is not None:
                 out = []
-                for chunk in chunks([int(i) for i in ids]):  # by primary key; the thread is checked here
+                for chunk in chunks([int(i) for i in ids]):  # by primary key, in the thread's partition
                     cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE id IN ({marks(chunk)}) "
                                           f"AND {self._thread_check} = ?"), (*chunk, thread_id))
-                    out.extend(message_row(r, with_vectors) for r in cur.fetchall() if r[1] == thread_id)
+                    out.extend(message_row(r, with_vectors) for r in cur.fetchall())
                 return sorted(out, key=lambda m: m.key)
             if last is not None:
                 cur.execute(self._sql(f"SELECT {cols} FROM messages WHERE thread_id = ? "
@@ -180,9 +180,9 @@ class ReadMixin:
         out: dict[int, int | None] = {}
         with self._read() as cur:
             for chunk in chunks([int(i) for i in ids]):
-                cur.execute(self._sql(f"SELECT id, block_no, thread_id FROM messages WHERE id IN ({marks(chunk)}) "
+                cur.execute(self._sql(f"SELECT id, block_no FROM messages WHERE id IN ({marks(chunk)}) "
                                       f"AND {self._thread_check} = ?"), (*chunk, thread_id))
-                out.update((int(i), b) for i, b, t in cur.fetchall() if t == thread_id)
+                out.update((int(i), b) for i, b in cur.fetchall())
         return out
 
     def search_blocks(self: Any, thread_id: str, terms: Sequence[str], k: int) -> list[tuple[int, float]]:

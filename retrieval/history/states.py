@@ -59,7 +59,17 @@ class Entry:
     @property
     def nbytes(self) -> int:
         return (self.index.nbytes if self.index is not None else 0) + (
-            self.vectors.nbytes if self.vectors is not None else 0) + self.closed.nbytes
+            self.vectors.nbytes if self.vectors is not None else 0) + self.closed.nbytes + self._loaded_bytes
+
+    @property
+    def _loaded_bytes(self) -> int:
+        """A background read that finished and waits for the thread's next ask is memory too:
+        the cache's byte limit counts it."""
+        loading = self.loading
+        if loading is None or not loading.done() or loading.exception() is not None:
+            return 0
+        loaded = loading.result()
+        return loaded.nbytes if loaded is not None else 0
 
 
 class ThreadStates:
@@ -138,7 +148,7 @@ class ThreadStates:
         def load() -> ThreadIndex | None:
             try:
                 return self._load(entry.thread_id)
-            except SemhistError as exc:  # the next ask reads it again, in its own path
+            except SemhistError as exc:  # the next ask starts it again
                 log.warning("reading thread %s in the background failed: %s", entry.thread_id, exc)
                 return None
         entry.loading = self._submit(load)
