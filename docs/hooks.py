@@ -32,8 +32,11 @@ _api_tree()
 
 def on_files(files, config):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    # links from the repository's root become links inside the site
+    # links from the repository's root become links inside the site; a link to a file the site
+    # does not carry (a notebook) becomes its path in the repository, in words
     readme = re.sub(r"\]\(docs/", "](", readme)
+    readme = re.sub(r"\[([^\]]+)\]\((?!https?:|#|[\w/-]+\.md\b|images/|samples/)([^)\s]+)\)",
+                    r"\1 (`\2` in the repository)", readme)
     files.append(File.generated(config, "index.md", content=readme))
     rows = []
     for md in sorted(BENCHMARKS.glob("*.md")):

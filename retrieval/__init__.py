@@ -1,14 +1,20 @@
 """semhist: semantic history retrieval for never-ending chat threads.
 
-    import semhist
-    history = semhist.History("bot.db")
-    history.add("thread-1", {"role": "user", "content": "the budget is 5,000"})
-    result = history.ask("thread-1", "what was the budget?", budget=semhist.Budget.parse("2000"))
+A bot appends the user's message, asks for the next turn's prompt, appends its reply:
+
+>>> import semhist
+>>> history = semhist.History(semhist.Settings.load(db="sqlite:///bot.sqlite3"))
+>>> history.add("thread-1", "user", "the budget is 5,000", key="activity-1")
+1
+>>> result = history.ask("thread-1", "what was the budget?", budget=semhist.Budget.parse("2000"))
+>>> result.prompt.messages[-1]
+{'role': 'user', 'content': 'what was the budget?'}
+>>> history.close()
 
 `History` serves stored threads (a bot's append -> ask -> append); `Engine` serves history files
-and `Thread` objects through the same machinery. Everything a user needs is importable from here;
-the rooms below (`semhist.kernel`, `semhist.indexers`, `semhist.pipeline`, the front ends) are
-internals.
+and `Thread` objects through the same machinery. Everything a user needs is importable from here
+(`dir(semhist)` lists it); the rooms below (`semhist.kernel`, `semhist.indexers`,
+`semhist.pipeline`, the front ends) are internals.
 """
 
 from .engine import Engine
@@ -28,3 +34,8 @@ __all__ = [
     "IndexMismatchError", "InputError", "LLMConfig", "Message", "NEEDS_LLM", "NotFoundError", "Query",
     "STRATEGIES", "SemhistError", "Settings", "Thread", "TooLargeError", "TooLongError", "answer_reminder", "build_thread", "get_strategy", "load", "loads",
 ]
+
+
+def __dir__() -> list[str]:
+    """What `__all__` names: the subpackages imported above are internals, not the API."""
+    return sorted(__all__)

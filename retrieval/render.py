@@ -19,9 +19,15 @@ def thread_dict(info) -> dict[str, Any]:
             "last": _time(info.last), "retention_days": info.retention_days}
 
 
-def ask_dict(result: AskResult) -> dict[str, Any]:
-    """One `ask` as a JSON-ready object; message indices are the file's for a history file,
-    store ids for a stored thread."""
+# What a result's message numbers are: a stored thread's are the store's ids (as the service, the
+# turn log and `forget --message` use them), a history file's are positions in the file.
+STORE_IDS, FILE_POSITIONS = "store id", "file position"
+_SPAN_WORDS = {STORE_IDS: "store ids", FILE_POSITIONS: "file positions"}
+
+
+def ask_dict(result: AskResult, numbering: str = STORE_IDS) -> dict[str, Any]:
+    """One `ask` as a JSON-ready object; `message_indices` are what `numbering` says:
+    store ids for a stored thread, positions in the file for a history file."""
     thread, kw = result.thread, result.keywords
     blocks = []
     for r in sorted(result.prompt.selection.retrieved, key=lambda r: r.rank):
@@ -37,6 +43,7 @@ def ask_dict(result: AskResult) -> dict[str, Any]:
         "strategy": result.strategy,
         "keyword": None if kw is None else kw.to_dict(),
         "retrieved": blocks,
+        "message_numbering": numbering,
         "recent_message_indices": [thread.messages[p].index for p in result.prompt.selection.history_ids],
         "messages": list(result.prompt.messages),
         "prompt_tokens": result.prompt.tokens,
@@ -64,6 +71,7 @@ def ask_dict(result: AskResult) -> dict[str, Any]:
 def ask_text(data: dict[str, Any]) -> str:
     lines = []
     kw = data["keyword"]
+    words = _SPAN_WORDS[data.get("message_numbering", STORE_IDS)]
     if kw:
         lines.append(f"keyword: {' '.join(kw['keywords'])}   [{kw['source']}: {kw['reason']}]   "
                      f"intent: {kw['intent']}" + (f"   time: {kw['time_range']['start']} .. "
@@ -75,12 +83,12 @@ def ask_text(data: dict[str, Any]) -> str:
             span = f"{b['start'] or '?'} .. {b['end'] or '?'}"
             label = f"block {b['block_id']}" if b["block_id"] is not None else "message"
             why = "in the named time" if b["score"] is None else f"cosine {b['score']:.3f}"
-            lines.append(f"  {label:>9}  {why}  {span}  messages {idx[0]}-{idx[-1]} ({len(idx)})")
+            lines.append(f"  {label:>9}  {why}  {span}  {words} {idx[0]}-{idx[-1]} ({len(idx)})")
     elif kw:
         lines.append("retrieved: nothing scored high enough")
     recent = data["recent_message_indices"]
     if recent:
-        lines.append(f"recent verbatim turns: messages {recent[0]}-{recent[-1]} ({len(recent)})")
+        lines.append(f"recent verbatim turns: {words} {recent[0]}-{recent[-1]} ({len(recent)})")
     lines.append("prompt (OpenAI messages):")
     lines.append(json.dumps(data["messages"], ensure_ascii=False, indent=2))
     lines.append(f"prompt tokens: {data['prompt_tokens']}   full history: {data['full_history_tokens']}   "

@@ -144,6 +144,7 @@ def test_a_long_thread_view_takes_lexical_and_time_candidates(make_history):
 
 
 @pytest.mark.slow
+@pytest.mark.shared_data
 def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):
     """A thread crossing the HNSW threshold, and one whose FAISS file is missing: the ask that
     notices returns at once; the index is built in the background."""

@@ -165,3 +165,19 @@ def test_compare_shows_what_each_strategy_bills_at_a_warm_cache(settings, ramen)
             assert sliding["billed_warm"] == sliding["input_tokens"]
         else:  # it only grows: all but the last exchange is read from the cache at 0.1x
             assert sliding["billed_warm"] < 0.3 * sliding["input_tokens"]
+
+
+def test_an_unlogged_ask_in_the_cache_layout_says_it_carries_nothing_forward(make_history):
+    """The layout carries the previous prompt through the turn log: asking with log_turn=False
+    every turn is the head layout in disguise (prefix reuse ~.035), so it says so."""
+    from semhist.history.request import UNLOGGED
+
+    history = make_history()
+    history.add_many("t", [{"role": "user" if i % 2 == 0 else "assistant", "content": f"note {i} on ramen"}
+                           for i in range(6)])
+    with pytest.warns(UserWarning, match="turn log"):
+        unlogged = history.ask("t", "what about ramen?", budget=Budget.parse("1000b"), log_turn=False)
+    assert UNLOGGED in unlogged.prompt.notes and not history.log("t")
+    logged = history.ask("t", "what about ramen?", budget=Budget.parse("1000b"))
+    head = history.ask("t", "what about ramen?", budget=Budget.parse("1000"), log_turn=False)
+    assert UNLOGGED not in logged.prompt.notes and UNLOGGED not in head.prompt.notes  # head: nothing to carry

@@ -119,10 +119,10 @@ def test_eval_contract_on_the_sample(cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.shared_data
 @pytest.mark.parametrize("dataset", ["locomo.jsonl", "jmultiwoz_threads.jsonl"])
 def test_eval_contract_on_a_public_benchmark_thread(cache_dir, dataset):
     path = SHARED_DATA / dataset
-    assert path.exists(), f"{path} is missing: the benchmark data lives in ../shared/data"
     proc = semhist("eval", str(path), "--limit", "1", "--strategy", "blocks", "--strategy", "window",
                    "--strategy", "full", "--budget", "10%", "--json", "--quiet", cache_dir=cache_dir)
     report = json.loads(proc.stdout)
@@ -144,3 +144,28 @@ def test_empty_request_and_dataset_without_queries(cache_dir, tmp_path):
 def test_eval_of_an_llm_strategy_without_llm_fails_before_any_work(cache_dir):
     proc = semhist("eval", str(SAMPLES / "ramen.json"), "--strategy", "summary", cache_dir=cache_dir, check=False)
     assert proc.returncode == 3 and "needs an LLM" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["ask", "f.json", "--budget", "10%", "the request"], {"file": "f.json", "request": "the request", "budget": "10%"}),
+    (["ask", "--thread", "t1", "--budget", "2000", "the request", "--json"],
+     {"file": "the request", "request": None, "thread": "t1", "json": True}),
+    (["ask", "f.json", "--thread", "c2", "the request", "--strategy", "window"],
+     {"file": "f.json", "request": "the request", "thread": "c2", "strategy": "window"}),
+    (["compare", "f.json", "--budget", "10%", "the request", "--strategy", "full"],
+     {"file": "f.json", "request": "the request", "strategy": ["full"]}),
+    (["eval", "--budget", "10%", "data.jsonl", "--limit", "2"], {"dataset": "data.jsonl", "limit": 2}),
+    (["ingest", "--thread", "t1", "chat.json", "--quiet"], {"file": "chat.json", "thread": "t1", "quiet": True}),
+])
+def test_options_go_anywhere_on_the_line(argv, expected):
+    """An option between FILE and REQUEST used to end in 'unrecognized arguments' (exit 2)."""
+    from semhist.cli.main import build_parser
+
+    args = vars(build_parser().parse_args(argv))
+    assert {k: args[k] for k in expected} == expected
+
+
+def test_ask_with_an_option_between_file_and_request(cache_dir):
+    data = json.loads(semhist("ask", str(SAMPLES / "ramen.json"), "--budget", "50%", RAMEN_REQUEST, "--json",
+                              cache_dir=cache_dir).stdout)
+    assert data["messages"][-1]["content"] == RAMEN_REQUEST and data["budget_tokens"]

@@ -38,7 +38,7 @@ def test_ingest_add_ask_log_threads_forget(run):
     log = json.loads(run("log", "--thread", "19:team@thread.v2", "--json").stdout)
     assert len(log) == 1 and log[0]["keyword"] == ["ラーメン"] and log[0]["retrieved"]
     text_log = run("log", "--thread", "19:team@thread.v2").stdout
-    assert "keyword [ラーメン]" in text_log and "retrieved messages" in text_log
+    assert "keyword [ラーメン]" in text_log and "retrieved store ids" in text_log
 
     threads = json.loads(run("threads", "--json").stdout)
     assert threads == [{"thread": "19:team@thread.v2", "messages": 69, "first": "2025-07-29T00:00:00+00:00",

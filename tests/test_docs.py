@@ -1,24 +1,48 @@
-"""The documentation is built, and what it says to run still runs."""
+"""The documentation is built, and what it says still holds: its code runs, its transcripts are
+what the command prints, its figures are in the benchmarks' output, its defaults are the code's."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from .docfigures import unbacked
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```(bash|python)\n(.*?)^```", re.M | re.S)
+# every fenced block with its marker line (or none) and its language
+FENCED = re.compile(r"(?:^(<!--.*?-->)\n)?^```(\w*)\n(.*?)^```", re.M | re.S)
 
 
 def runnable_blocks() -> list[tuple[str, str, str]]:
     return [(f"{page.relative_to(ROOT)}:{page.read_text(encoding='utf-8')[:m.start()].count(chr(10)) + 1}",
              m.group(1), m.group(2))
             for page in PAGES for m in RUNNABLE.finditer(page.read_text(encoding="utf-8"))]
+
+
+def fenced_blocks() -> list[tuple[str, str | None, str, str]]:
+    """(where, marker, language, body) of every fenced block of the README and docs/."""
+    out = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in FENCED.finditer(text):
+            where = f"{page.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}"
+            out.append((where, m.group(1), m.group(2), m.group(3)))
+    return out
+
+
+def transcripts() -> list[tuple[str, str, list[str]]]:
+    """Blocks that show a command and what it prints: `$ semhist ...` on the first line."""
+    return [(where, body.splitlines()[0][2:], body.splitlines()[1:])
+            for where, _, _, body in fenced_blocks() if body.startswith("$ semhist ")]
 
 
 def test_the_readme_starts_short_and_every_guide_is_in_the_site():
@@ -29,12 +53,89 @@ def test_the_readme_starts_short_and_every_guide_is_in_the_site():
     assert len(runnable_blocks()) >= 2
 
 
+def test_every_block_of_code_says_whether_it_runs():
+    """A block of Python or shell either runs in a test (`<!-- runnable -->`, the README's
+    `<!-- ci:... -->` commands, a `$ semhist` transcript) or says why not (`<!-- not run: ... -->`:
+    it starts a server, needs credentials, is a fragment of a larger program)."""
+    unmarked = [where for where, marker, language, body in fenced_blocks()
+                if (language in ("python", "bash") or body.startswith("$ "))
+                and not body.startswith("$ semhist ")
+                and not (marker and re.match(r"<!-- (runnable|ci:[\w-]+|not run: .+) -->", marker))]
+    assert not unmarked, f"say whether these run: {unmarked}"
+
+
+def test_every_figure_quoted_from_a_benchmark_is_in_its_output():
+    problems = [p for page in PAGES for p in unbacked(page, ROOT / "benchmarks")]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_figure_check_catches_a_figure_no_output_holds(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("`blocks` keeps 0.865 at 10% (`benchmarks/results.md`).\n\n"
+                    "| LoCoMo | 0.866 | [results](benchmarks/results.md) |\n", encoding="utf-8")
+    assert [p.split(": ")[1] for p in unbacked(page, ROOT / "benchmarks")] == ["0.866 is in none of results's outputs"]
+
+
+def test_every_documented_default_is_the_codes():
+    """`SEMHIST_NAME` (`value`) or (number, on, off) in the docs is that setting's default."""
+    from semhist import Settings
+    from semhist.cli.options import _default
+
+    settings = {f.name: f for f in fields(Settings)}
+    said = re.compile(r"`SEMHIST_([A-Z_]+)`\s*\((`[^`]+`|\d[\d,.]*|on|off)[\s;:,)]")
+    checked, wrong = 0, []
+    for page in PAGES:
+        for m in said.finditer(page.read_text(encoding="utf-8")):
+            name, value = m.group(1).lower(), m.group(2).strip("`").replace(",", "")
+            if name not in settings:
+                continue
+            code = str(_default(settings[name]))
+            checked += 1
+            if not (code == value or code.startswith(value + " ") or _same_number(code, value)):
+                wrong.append(f"{page.name}: SEMHIST_{name.upper()} documented {value!r}, the code's default is {code!r}")
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 40  # the configuration guide lists them all
+
+
+def _same_number(a: str, b: str) -> bool:
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
+def test_the_package_docstring_runs(tmp_path, cache_dir):
+    """The first example a reader of the API reference sees."""
+    code = "import doctest, sys, semhist; r = doctest.testmod(semhist); sys.exit(1 if r.failed or not r.attempted else 0)"
+    env = {**os.environ, "SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+
+
+def build_site(root: Path, site: Path) -> tuple[bool, str]:
+    """`mkdocs build --strict`, and no warning in its log. Not `-q`: with it, a build that
+    warned (and so failed) exited 0."""
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+                         cwd=root, capture_output=True, text=True, timeout=600)
+    log = out.stdout + out.stderr
+    return out.returncode == 0 and "WARNING" not in log, log
+
+
+def test_a_site_that_warns_fails_the_build_check(tmp_path):
+    pytest.importorskip("mkdocs")  # the docs extra; the test extra brings it
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# x\n\n[a page that is not there](missing.md)\n", encoding="utf-8")
+    (tmp_path / "mkdocs.yml").write_text("site_name: x\nstrict: true\n", encoding="utf-8")
+    ok, log = build_site(tmp_path, tmp_path / "site")
+    assert not ok and "missing.md" in log
+
+
 @pytest.mark.slow
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
-    pytest.importorskip("mkdocs")  # the docs extra; the test extra brings it
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
+    pytest.importorskip("mkdocs")
+    ok, log = build_site(ROOT, tmp_path / "site")
+    assert ok, log[-5000:]
     reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
     import semhist
 
@@ -49,3 +150,28 @@ def test_a_runnable_block_runs(where, language, code, tmp_path, cache_dir):
     command = ["bash", "-euo", "pipefail", "-c", code] if language == "bash" else [sys.executable, "-c", code]
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, f"{where}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where,command,shown", transcripts(), ids=lambda v: v if ":" in str(v) else "")
+def test_a_transcript_is_what_the_command_prints(where, command, shown, tmp_path, cache_dir):
+    """The lines shown are the command's, in order; a line `...` stands for lines left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AZURE_OPENAI", "SEMHIST_"))}
+    env.update({"SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir)})
+    args = shlex.split(command)
+    out = subprocess.run([sys.executable, "-m", "semhist.cli", *args[1:]], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    printed = [line.rstrip() for line in out.stdout.splitlines()]
+    chunks: list[list[str]] = [[]]
+    for line in shown:
+        if line.strip() == "...":
+            chunks.append([])
+        else:
+            chunks[-1].append(line.rstrip())
+    at = 0
+    for lines in filter(None, chunks):
+        found = next((i for i in range(at, len(printed) - len(lines) + 1) if printed[i:i + len(lines)] == lines), None)
+        assert found is not None, f"{where}: not printed, in this order:\n" + "\n".join(lines) + \
+            f"\n--- printed:\n{out.stdout[-3000:]}"
+        at = found + len(lines)

@@ -112,7 +112,7 @@ def test_the_page_asks_for_the_token_and_then_lists_the_threads(browser, service
 @pytest.mark.parametrize("thread", ["ramen", "locomo-26"])
 def test_the_timeline_draws_the_threads_blocks(page, service, thread):
     if thread == "locomo-26" and not (SHARED_DATA / "locomo.jsonl").exists():
-        pytest.skip("../shared/data is not here")
+        pytest.skip(f"the benchmark data is not here: {SHARED_DATA}")
     blocks = {b["block"]: b for b in api(service, "GET", f"/v1/threads/{thread}/blocks")}
     shown = api(service, "GET", f"/v1/threads/{thread}/messages")["messages"]
     open_tab(page, service, thread, "timeline")
@@ -242,3 +242,25 @@ def test_edits_and_forgotten_messages_are_drawn_where_they_were(page, service):
     # the edit's marker just before the edited message (same time), the forget's where note 4 was
     assert order == ["note 1", "edit", "note 2, edited", "note 3", "forget", "note 5"], order
     assert "note 4" not in page.content()
+
+
+def test_times_are_in_one_named_zone_the_threads_own_by_default(browser, service):
+    """The prompt writes the thread's own +09:00 times; the inspector showed the browser's zone
+    beside them without naming either. Now one zone per view, named, with a switch."""
+    context = browser.new_context(locale="en-GB", timezone_id="Europe/Berlin")
+    page = context.new_page()
+    page.goto(service.url + "/ui/")
+    page.evaluate(f"sessionStorage.setItem('semhist.token', {json.dumps(TOKEN)}); localStorage.clear()")
+    open_tab(page, service, "ramen", "timeline")
+    page.wait_for_selector(".msg")
+    assert "UTC+09:00" in page.inner_text("#zone")
+    assert page.locator(".msg .when").first.inner_text() == "29 Jul 2025, 09:00"  # as the thread wrote it
+    page.click("#zone-switch")
+    page.wait_for_function("document.querySelector('#zone').innerText.includes('Europe/Berlin')")
+    page.wait_for_selector(".msg")
+    assert page.locator(".msg .when").first.inner_text() == "29 Jul 2025, 02:00"  # 00:00 UTC in Berlin's summer
+    page.goto(service.url + "/ui/#/")
+    page.reload()
+    page.wait_for_selector("#threads")
+    assert "Europe/Berlin" in page.inner_text("#zone")  # the choice holds across views
+    context.close()

@@ -186,3 +186,23 @@ def test_engine_is_a_history_not_a_second_facade():
         {n for n in dir(semhist.History) if not n.startswith("_")}
     added = {n for n in vars(semhist.Engine) if not n.startswith("__")}
     assert added <= {"close", "_scratch"}, added
+
+
+def test_the_layout_the_bots_guide_draws_is_the_codes():
+    """docs/guides/bots.md draws the rooms: every subpackage and module of both folders is in
+    it, and the facade's member count is the facade's."""
+    guide = (ROOT / "docs" / "guides" / "bots.md").read_text(encoding="utf-8")
+    drawing = guide[guide.index("retrieval/    installed as"):]
+    drawing = drawing[:drawing.index("```")]
+    for folder in (ROOT / "retrieval", ROOT / "indexers"):
+        for child in folder.iterdir():
+            if child.is_dir() and (child / "__init__.py").exists():
+                assert f"{child.name}/" in drawing, child
+            elif child.suffix == ".py" and child.name != "__init__.py":
+                assert child.name in drawing, child
+    public = [n for n in dir(semhist.History) if not n.startswith("_")]
+    assert f"History, the one facade ({len(public)} members)" in drawing
+
+
+def test_dir_of_the_package_is_its_public_api():
+    assert sorted(dir(semhist)) == sorted(semhist.__all__)

@@ -24,6 +24,7 @@ def test_worked_example_notebook_runs(cache_dir, monkeypatch):
     assert drew, "the bar chart was not drawn"
 
 
+@pytest.mark.shared_data  # it plots LoCoMo and JMultiWOZ
 def test_benchmark_curves_notebook_runs(cache_dir, monkeypatch):
     text, drew = run_notebook("benchmark_curves.ipynb", cache_dir, monkeypatch)
     assert "locomo.jsonl" in text and "blocks" in text

@@ -154,9 +154,8 @@ def test_oversized_blocks_are_cut_where_the_topic_drifts(engine):
     assert any(b.message_ids[0] == 6 for b in blocks)  # the cut falls between ramen and weather
 
 
+@pytest.mark.shared_data
 def test_topic_sub_segments_are_recorded_and_stored(engine, settings):
-    if not (SHARED_DATA / "jmultiwoz_threads.jsonl").exists():
-        pytest.fail("../shared/data/jmultiwoz_threads.jsonl is missing")
     with open(SHARED_DATA / "jmultiwoz_threads.jsonl", encoding="utf-8") as f:
         thread = load.__globals__["loads"](f.readline()).only()
     index = engine.index(thread)
@@ -168,6 +167,7 @@ def test_topic_sub_segments_are_recorded_and_stored(engine, settings):
 
 
 @pytest.mark.slow
+@pytest.mark.shared_data
 def test_selection_is_fast_on_a_long_thread(engine):
     """The selection step, history indexed: the issue's target is p50 <= 5 ms on 700 messages;
     the bound here is loose so a busy CI machine does not flake, tight enough to catch

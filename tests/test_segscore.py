@@ -82,7 +82,7 @@ def test_eval_segmentation_without_topic_segments_is_one_line(cache_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED_DATA / "tiage.jsonl").exists(), reason="the shared benchmark data is not here")
+@pytest.mark.shared_data
 def test_eval_segmentation_on_tiage_matches_the_benchmark(cache_dir):
     """The same figures as benchmarks/segmentation.md (whole-thread segmentation) for the first
     100 TIAGE threads: the online path cuts as the offline one does."""

@@ -21,8 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-OURS = tuple(str(ROOT / room) + "/" for room in ("retrieval", "indexers"))
+import semhist
+import semhist.indexers
+
+# where the code under test is installed from (not where the tests are: a copy of the tests may run
+# against another checkout's editable install)
+OURS = tuple(str(Path(package.__file__).resolve().parent) + "/" for package in (semhist, semhist.indexers))
 CALLS = {  # (file name, function) -> kind
     ("lexical.py", "tokenize"): "tokenize",
     ("tokens.py", "_count"): "token_counts",

@@ -87,7 +87,9 @@ def _results(args: argparse.Namespace, settings: Settings, strategies: list[str]
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     (result,), owner = _results(args, settings, [args.strategy])
     try:
-        data = render.ask_dict(result)
+        from semhist import Engine  # a file is asked through an Engine, a stored thread through History
+
+        data = render.ask_dict(result, render.FILE_POSITIONS if isinstance(owner, Engine) else render.STORE_IDS)
         print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else render.ask_text(data))
     finally:
         owner.close()

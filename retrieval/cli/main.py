@@ -66,6 +66,24 @@ AGENT_LOCALLY = """try it locally (no Azure registration, 127.0.0.1 only):
     "conversation": {"id": "19:test@thread.v2"}, "text": "hello"}'"""
 
 
+class _Intermixed(argparse.ArgumentParser):
+    """A subcommand's parser that takes options anywhere on the line (`semhist ask FILE --budget
+    10% REQUEST`): plain argparse fills FILE and REQUEST at the first positional it meets, so
+    REQUEST after an option was refused. The top-level parser cannot intermix (it has
+    subcommands), so each subcommand's parser does."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._inside:  # parse_known_intermixed_args calls back in here (Python 3.10-3.12)
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
 def _command(sub, name: str, handler: Handler, groups: tuple[str, ...], **kwargs) -> argparse.ArgumentParser:
     p = sub.add_parser(name, **kwargs)
     p.set_defaults(func=handler, groups=groups)
@@ -75,7 +93,7 @@ def _command(sub, name: str, handler: Handler, groups: tuple[str, ...], **kwargs
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semhist", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     strategies = list(STRATEGIES)
     thread_help = "a stored thread's id (then no FILE), or which thread of a file that holds several"
 

@@ -138,7 +138,7 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
               f"{t['timings_ms']['total_ms']} ms")
         print(f"  request: {t['request']}")
         for b in t["retrieved"]:
-            print(f"  retrieved messages {b['block_messages'][0]}-{b['block_messages'][1]}  score {b['score']}")
+            print(f"  retrieved store ids {b['block_messages'][0]}-{b['block_messages'][1]}  score {b['score']}")
     return 0
 
 

@@ -232,7 +232,7 @@ class History(Maintenance):
         eager = isinstance(thread, Thread)  # a file's thread: read whole by its first ask
         results = request_.compare(self.parts, lambda: self._current(thread_id, eager), thread_id, request, strategies,
                                    budget=budget, answer=answer, keywords=keywords, strict=strict,
-                                   log_turn=log_turn and not isinstance(thread, Thread),
+                                   log_turn=None if isinstance(thread, Thread) else log_turn,
                                    system_prompt=system_prompt, closing=closing, elsewhere=beyond)
         if isinstance(thread, Thread):
             return [replace(r, thread=files.as_loaded(self, thread, thread_id, r.thread)) for r in results]

@@ -7,6 +7,7 @@ requests."""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 from dataclasses import replace
@@ -29,18 +30,24 @@ from .turns import kept_prompt, prefix_marks, previous_marks, turn_record
 from .views import NoVectors, Reach, candidate_view, end_view, reach_for
 
 
+# Asking a stored thread without logging the turn, in the cache layout: the next ask carries the
+# last *logged* prompt, not this one (cost.md, "Two layouts").
+UNLOGGED = ("cache layout without the turn log: this prompt carries what the last logged ask held, and "
+            "the next ask will not carry this one (ask with log_turn=True to keep the prompt's start)")
+
 # Turn-log records read for the cache layout: the newest of the strategy holds its whole state,
 # and a bot asks with one strategy (a `compare` of several writes one record each).
 CARRIED_TURNS = 16
 
 
 def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id: str, request: str,
-            strategies: Iterable[str], *, budget: Budget | None, answer: bool, log_turn: bool, keywords,
+            strategies: Iterable[str], *, budget: Budget | None, answer: bool, log_turn: bool | None, keywords,
             strict: bool, system_prompt: str | None, closing: str | None,
             elsewhere: Callable[[Any, Any], tuple[Excerpt, ...]] | None = None) -> list[AskResult]:
     """The prompt for `request` under each strategy (see `History.compare`); `current` reads
     the thread's entry and marker once the request and strategies are known to be valid.
-    `elsewhere(vector, keywords)`: stretches of other threads (a request beyond its thread)."""
+    `elsewhere(vector, keywords)`: stretches of other threads (a request beyond its thread).
+    `log_turn` None: a file's thread, never logged."""
     settings: Settings = parts.settings
     start = time.perf_counter()
     check_request(request, settings.max_message_chars)
@@ -72,6 +79,9 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     as_stored = masker(request) if masker else None
     # the previous prompts: what the cache layout carries over, and what a cache holds of this one
     cache = settings.layout_for(budget) == "cache"
+    unlogged = cache and log_turn is False
+    if unlogged:
+        warnings.warn(UNLOGGED, stacklevel=4)  # the caller of History.ask
     logged = parts.store.turns(thread_id, CARRIED_TURNS if cache else len(names)) if cache or log_turn else []
     out = []
     for name in names:
@@ -96,6 +106,8 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
         if before is not None:
             result = replace(result, cached_tokens=shared_marks(before, marks))
         result = _noted(result, index, budget, raised, marker)
+        if unlogged:
+            result = replace(result, prompt=replace(result.prompt, notes=(*result.prompt.notes, UNLOGGED)))
         if answer:  # one deadline for the request analysis and the answer
             result = asker.answer(result, timeout=settings.llm_timeout - (time.perf_counter() - start))
         if log_turn:

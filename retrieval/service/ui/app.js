@@ -27,6 +27,9 @@ const WORDS = {
     forgotten_forget: "{n} message(s) forgotten on {at} (from {from} to {to})",
     forgotten_edit: "edited on {at}: the earlier version of a message from {from} was forgotten",
     forgotten_before: "{n} message(s) before {to} forgotten by a date cut (retention), last on {at}",
+    zone_thread: "Times in the thread's own zone, {zone}", zone_browser: "Times in this browser's zone, {zone}",
+    zone_each: "Times in each thread's own zone", to_browser: "show in this browser's zone",
+    to_thread: "show in the thread's own zone",
   },
   ja: {
     threads: "スレッド", thread: "スレッド", messages: "メッセージ", first: "最初", last: "最終更新",
@@ -52,6 +55,9 @@ const WORDS = {
     forgotten_forget: "{at} に {n} 件のメッセージを忘れました ({from} 〜 {to})",
     forgotten_edit: "{at} に編集: {from} のメッセージの以前の版を忘れました",
     forgotten_before: "{to} より前の {n} 件を日付で忘れました (保持期間)。最終 {at}",
+    zone_thread: "時刻はスレッドのタイムゾーン ({zone})", zone_browser: "時刻はこのブラウザのタイムゾーン ({zone})",
+    zone_each: "時刻は各スレッドのタイムゾーン", to_browser: "ブラウザのタイムゾーンで表示",
+    to_thread: "スレッドのタイムゾーンで表示",
   },
 };
 const STRATEGIES = ["full", "window", "token-budget", "utterances", "blocks", "summary", "structured"];
@@ -80,10 +86,42 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-function when(iso) {
+// Times: one zone per view, always named. "thread" (the default): the thread's own UTC offset,
+// its newest message's, as its prompts write dates; "browser": this browser's zone.
+let zoneMode = localStorage.getItem("semhist.zone") === "browser" ? "browser" : "thread";
+let viewOffset = null;  // minutes east of UTC of the thread on screen
+
+function offsetOf(iso) {
+  const m = /(?:([+-])(\d\d):?(\d\d)|Z)$/.exec(iso || "");
+  if (!m) return null;
+  return m[1] ? (m[1] === "-" ? -1 : 1) * (Number(m[2]) * 60 + Number(m[3])) : 0;
+}
+
+function offsetName(minutes) {
+  const a = Math.abs(minutes), pad = (n) => String(n).padStart(2, "0");
+  return `UTC${minutes < 0 ? "-" : "+"}${pad(Math.floor(a / 60))}:${pad(a % 60)}`;
+}
+
+function zoneLine() {
+  const browser = zoneMode === "browser" || viewOffset === null;
+  const text = browser ? t("zone_browser", {zone: Intl.DateTimeFormat().resolvedOptions().timeZone})
+    : t("zone_thread", {zone: offsetName(viewOffset)});
+  return zoneSwitch(text);
+}
+
+function zoneSwitch(text) {
+  return el("p", {class: "zone muted", id: "zone"}, `${text} · `, el("button", {class: "small", type: "button", id: "zone-switch",
+    onclick: () => { zoneMode = zoneMode === "browser" ? "thread" : "browser"; localStorage.setItem("semhist.zone", zoneMode); route(); }},
+    zoneMode === "browser" ? t("to_thread") : t("to_browser")));
+}
+
+function when(iso, offset = viewOffset) {
   if (!iso) return "";
   const d = new Date(iso);
-  return isNaN(d) ? iso : d.toLocaleString(lang === "ja" ? "ja-JP" : "en-GB", {dateStyle: "medium", timeStyle: "short"});
+  if (isNaN(d)) return iso;
+  const locale = lang === "ja" ? "ja-JP" : "en-GB", style = {dateStyle: "medium", timeStyle: "short"};
+  if (zoneMode === "browser" || offset === null) return d.toLocaleString(locale, style);
+  return new Date(d.getTime() + offset * 60000).toLocaleString(locale, {...style, timeZone: "UTC"});
 }
 
 function span(seconds) {
@@ -128,8 +166,11 @@ async function threadsView() {
   const rows = threads.map((th) => el("tr", {"data-thread": th.thread},
     el("td", {}, el("a", {href: `#/t/${encodeURIComponent(th.thread)}`}, th.thread)),
     el("td", {class: "num"}, th.messages), FIGURES.map((f) => el("td", {class: "num", "data-figure": f}, "")),
-    el("td", {}, when(th.last)), el("td", {class: "num"}, th.retention_days ?? "")));
-  show(el("h1", {}, t("threads")), el("table", {id: "threads"},
+    el("td", {}, zoneMode === "browser" ? when(th.last, null)
+      : `${when(th.last, offsetOf(th.last))} (${offsetName(offsetOf(th.last) ?? 0)})`),
+    el("td", {class: "num"}, th.retention_days ?? "")));
+  viewOffset = null;
+  show(el("h1", {}, t("threads")), zoneMode === "browser" ? zoneLine() : zoneSwitch(t("zone_each")), el("table", {id: "threads"},
     el("thead", {}, el("tr", {}, el("th", {}, t("thread")), el("th", {class: "num"}, t("messages")),
       FIGURES.map((f) => el("th", {class: "num"}, t(f))), el("th", {}, t("last")), el("th", {class: "num"}, t("retention")))),
     el("tbody", {}, rows)));
@@ -152,8 +193,10 @@ async function threadView(id, tab, query) {
   const tabs = el("div", {class: "tabs"}, TABS.map((name) =>
     el("a", {href: `${base}/${name}`, class: name === tab ? "on" : null, "data-tab": name}, t(name))));
   const panel = el("div", {class: "panel", id: `panel-${tab}`}, t("loading"));
-  show(el("h1", {}, id), tabs, panel);
   const path = `/v1/threads/${encodeURIComponent(id)}`;
+  const newest = await api(`${path}/messages?limit=1`).catch(() => null);
+  viewOffset = offsetOf(newest && newest.messages.length ? newest.messages[newest.messages.length - 1].timestamp : null);
+  show(el("h1", {}, id), zoneLine(), tabs, panel);
   const build = {timeline: timeline, turns: turns, try: tryRequest, memory: memoryView}[tab];
   panel.replaceChildren(...await build(path, id, query));
 }
