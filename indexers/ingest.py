@@ -33,6 +33,7 @@ class IngestResult:
     ids: tuple[int, ...] = ()  # of the messages added
     writes: tuple[AppendResult, ...] = field(default=(), repr=False)
     every_id: tuple[int, ...] = field(default=(), repr=False)  # of each input message, stored before or now
+    quoted: tuple[int, ...] = ()  # positions whose operator role was stored as quoted history (kernel/writers.py)
 
 
 def source_key(position: int, msg: Message) -> str:
@@ -46,7 +47,7 @@ def source_key(position: int, msg: Message) -> str:
 
 def _message(stored: StoredMessage, index: int) -> Message:
     return Message(index, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
-                   stored.tool_call_id, stored.verbatim)
+                   stored.tool_call_id, stored.verbatim, writer=stored.writer)
 
 
 def message_terms(m: Message) -> tuple[str, ...]:
@@ -65,18 +66,19 @@ def masker_of(rules: tuple[str, ...]) -> Masker | None:
     return Masker(rules) if rules else None
 
 
-def check_identifiers(thread_id: str, keys: Sequence[str | None], masker: Masker) -> None:
-    """With masking on, a thread id or a caller's message key holding personal data is refused:
-    ids are stored, listed, logged and echoed in headers as they are, so they cannot be masked
-    (the proxy makes its ids from an OpenAI `user` as keyed digests instead)."""
-    if masker(thread_id) != thread_id:
-        raise InputError(f"thread id {masker(thread_id)!r} holds personal data, which this thread's masking "
-                         "(--pii) keeps out of the store: name the thread without it (e.g. a digest)",
-                         field="thread_id")
-    for i, key in enumerate(keys):
-        if key and masker(key) != key:
-            raise InputError(f"message {i}, field 'id': {masker(key)!r} holds personal data, which this "
-                             "thread's masking (--pii) keeps out of the store", index=i, field="id")
+def check_identifiers(thread_id: str, keys: Sequence[str | None], masker: Masker, **more: str | None) -> None:
+    """With masking on, an identifier holding personal data is refused: the thread id, a
+    caller's message key, and any other identifier stored with a thread (`more`: its tenant,
+    its channel). Identifiers are stored, listed, logged, matched and echoed in headers as they
+    are, so they cannot be masked (the proxy makes its ids from an OpenAI `user` as keyed
+    digests instead). One rule for every identifier: a field added later passes through here."""
+    named = [("thread_id", None, thread_id), *(("id", i, k) for i, k in enumerate(keys)),
+             *((name, None, value) for name, value in more.items())]
+    for field_name, index, value in named:
+        if value and masker(value) != value:
+            where = f"message {index}, field 'id':" if index is not None else field_name.replace("_", " ")
+            raise InputError(f"{where} {masker(value)!r} holds personal data, which this thread's masking (--pii) "
+                             "keeps out of the store: name it without (e.g. a digest)", index=index, field=field_name)
 
 
 class Ingestor:
@@ -129,7 +131,7 @@ class Ingestor:
         by_pos = dict(zip(searchable, vectors))
         return [NewMessage(m.role, m.content, m.timestamp, m.name, m.tool_calls, m.tool_call_id, key,
                            message_terms(m), by_pos.get(i),
-                           count_message(m.to_openai()), m.verbatim)
+                           count_message(m.to_openai()), m.verbatim, m.writer)
                 for i, (m, key) in enumerate(zip(masked, keys))]
 
     def append(self, thread_id: str, messages: Sequence[Message], keys: Sequence[str | None] | None = None,

@@ -199,7 +199,8 @@ def register_rule(rule: Rule) -> None:
 
 for _rule in (
     Rule("email", re.compile(r"(?<![A-Za-z0-9._%+])[A-Za-z0-9][A-Za-z0-9._%+\-]{0,63}@[A-Za-z0-9\-]{1,63}"
-                             r"(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}"), "[EMAIL]"),
+                             # the top-level domain ends its label: Teams ids (19:x@thread.tacv2) are no address
+                             r"(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}(?![A-Za-z0-9\-])"), "[EMAIL]"),
     # ungrouped, or grouped the way cards are printed (4-4-4-4, 4-6-5, 4-4-4-4-3): loose
     # grouping would also take ISBNs such as 978-4-00-000000-0, which can pass Luhn too
     Rule("card", re.compile(_D + r"(?:[0-9]{13,19}|[0-9]{4}([ -])[0-9]{4,6}\1[0-9]{4,5}(?:\1[0-9]{1,4}){0,2})"
@@ -256,7 +257,7 @@ def mask_message(msg: Message, masker: Masker) -> Message:
     if verbatim and "content" in verbatim:
         verbatim = {**verbatim, "content": [_mask_part(p, masker) for p in verbatim["content"]]}
     return Message(msg.index, msg.role, masker(msg.content), msg.timestamp,
-                   masker(msg.name) if msg.name else msg.name, calls, msg.tool_call_id, verbatim)
+                   masker(msg.name) if msg.name else msg.name, calls, msg.tool_call_id, verbatim, writer=msg.writer)
 
 
 def _mask_call(call: dict, masker: Masker) -> dict:

@@ -123,3 +123,16 @@ def test_an_agent_on_the_local_model_answers_from_semhists_prompt(ramen_history,
     assert reply.text.strip()
     stored = ramen_history.store.messages(thread_of("ramen-session"))
     assert stored[-1].role == "assistant" and stored[-1].content == reply.text
+
+
+def test_planted_text_stays_data_in_the_agents_prompt(make_history):
+    """The injection corpus (tests/injection), stored in one thread, as the agent's model gets it."""
+    from .injection import CORPUS, REQUEST, check_prompt, planted_thread
+
+    h, client = make_history(), Recording()
+    h.add_many(thread_of("planted-session"), planted_thread(CORPUS))
+    agent = Agent(client=client, instructions="Answer from the conversation.",
+                  context_providers=[SemhistContextProvider(h, budget=6000)])
+    asyncio.run(agent.run(REQUEST, session=agent.create_session(session_id="planted-session")))
+    shown = check_prompt(to_openai(client.sent[-1]), *CORPUS)
+    assert len(shown) == len(CORPUS), {c["id"] for c in CORPUS} - shown

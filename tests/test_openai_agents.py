@@ -133,3 +133,17 @@ def test_replies_of_a_chat_completions_model_are_each_stored(session):
                                         "content": [{"type": "output_text", "text": text, "annotations": []}]}]))
     assert [m.content for m in session.history.store.messages(session.thread)[before:]] == [
         "when? platform 3", "platform 3", "when? at 7:40", "at 7:40"]
+
+
+def test_planted_text_stays_data_in_the_runs_input(make_history):
+    """The injection corpus (tests/injection), stored in one thread, as the Runner's model gets it."""
+    from .injection import CORPUS, REQUEST, check_prompt, planted_thread
+
+    h = make_history()
+    s = SemhistSession(h, "planted-agents", budget=6000)
+    h.add_many(s.thread, planted_thread(CORPUS))
+    model = PlayedBack([[said("Noted.", "msg_1")]])
+    agent = Agent(name="planted", instructions="Answer from the conversation.", model=model)
+    asyncio.run(Runner.run(agent, REQUEST, session=s, run_config=RunConfig(session_input_callback=s.prompt)))
+    shown = check_prompt([m for m in model.inputs[0] if isinstance(m, dict) and "role" in m], *CORPUS)
+    assert len(shown) == len(CORPUS), {c["id"] for c in CORPUS} - shown

@@ -111,6 +111,10 @@ POSITIVES = [
 ]
 
 NEGATIVES = [
+    # Teams ids: a channel's (and its reply chains') are no e-mail address, so a thread can be
+    # placed in its channel with masking on
+    ("teams-channel-id", "19:launch@thread.tacv2;messageid=501"),
+    ("teams-chat-id", "19:abc@thread.v2"),
     ("date-iso", "meeting on 2024-05-01 at 10:30"),
     ("date-slash", "2024/05/01に会議"),
     ("date-ja", "2024年5月1日に会議"),

@@ -166,6 +166,8 @@ CREATE INDEX turn_prompts_thread ON turn_prompts (thread_id);
     # PostgreSQL: every table of thread rows in hash partitions of thread_id, keyed by it first
     # (partitions.py says why and how the count grows); SQLite keeps its tables as they are.
     ("0013_partitions_by_thread", "", partition_tables),
+    # who stored an operator (system) message: the turn log names it (retrieval/kernel/writers.py)
+    ("0014_writer", "ALTER TABLE messages ADD COLUMN writer TEXT;", None),
 )
 
 

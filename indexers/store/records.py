@@ -32,6 +32,7 @@ class NewMessage:
     vector: np.ndarray | None = field(default=None, compare=False)
     tokens: int = 0  # what the message costs in a prompt
     verbatim: dict[str, Any] | None = field(default=None, compare=False)  # see Message.verbatim
+    writer: str | None = None  # see Message.writer
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ import numpy as np
 from .records import StoredBlock, StoredMessage
 
 COLUMNS = ("id, thread_id, role, content, ts, tz, sort_ts, name, tool_calls, tool_call_id, terms, block_no, tokens, "
-           "verbatim")
+           "verbatim, writer")
 
 # One message row as written; the backends differ only in how they send it.
 INSERT = ("INSERT INTO messages (thread_id, ts, tz, sort_ts, role, name, content, tool_calls, tool_call_id, "
-          "source_key, terms, embedder, vector, tokens, verbatim) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+          "source_key, terms, embedder, vector, tokens, verbatim, writer) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
           "ON CONFLICT DO NOTHING RETURNING id")
 
 
@@ -62,12 +63,12 @@ def column_terms(column: str | None) -> tuple[str, ...]:
 
 
 def message_row(r: Sequence[Any], with_vector: bool = False) -> StoredMessage:
-    mid, tid, role, content, ts, tz, sort_ts, name, calls, call_id, terms, block_no, tokens, verbatim = r[:14]
-    vector = np.frombuffer(bytes(r[14]), dtype=np.float32) if with_vector and r[14] is not None else None
+    mid, tid, role, content, ts, tz, sort_ts, name, calls, call_id, terms, block_no, tokens, verbatim, writer = r[:15]
+    vector = np.frombuffer(bytes(r[15]), dtype=np.float32) if with_vector and r[15] is not None else None
     return StoredMessage(int(mid), tid, role, content, stamp(ts, tz), float(sort_ts), name,
                          tuple(json.loads(calls)) if calls else None, call_id,
                          column_terms(terms), block_no, vector, int(tokens or 0),
-                         json.loads(verbatim) if verbatim else None)
+                         json.loads(verbatim) if verbatim else None, writer)
 
 
 def assemble_blocks(heads: list[tuple], members: list[tuple]) -> list[StoredBlock]:

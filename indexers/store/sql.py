@@ -227,10 +227,11 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
                              json.dumps(list(m.tool_calls), ensure_ascii=False) if m.tool_calls else None,
                              m.tool_call_id, m.source_key, terms_column(m.terms), embedder if m.vector is not None else None,
                              np.asarray(m.vector, dtype=np.float32).tobytes() if m.vector is not None else None,
-                             int(m.tokens), json.dumps(m.verbatim, ensure_ascii=False) if m.verbatim else None))
+                             int(m.tokens), json.dumps(m.verbatim, ensure_ascii=False) if m.verbatim else None,
+                             m.writer))
             row_ids = self._insert(cur, rows)
             stored = tuple(StoredMessage(i, thread_id, m.role, m.content, m.timestamp, key, m.name, m.tool_calls,
-                                         m.tool_call_id, m.terms, None, m.vector, m.tokens, m.verbatim)
+                                         m.tool_call_id, m.terms, None, m.vector, m.tokens, m.verbatim, m.writer)
                            for i, m, key in zip(row_ids, messages, sort_keys) if i is not None)
             closed, history = [], None
             if stored:

@@ -26,12 +26,14 @@ from semhist.indexers.lexical import TERMS_VERSION
 from semhist.indexers.loader import build_thread
 from semhist.indexers.store import Marker, SQLStore, StoredMessage
 from semhist.kernel.errors import InputError, NotFoundError
-from semhist.kernel.ids import MAX_KEY, check_thread_id
+from semhist.kernel.ids import check_thread_id
 from semhist.kernel.model import Thread
 from semhist.kernel.settings import Budget, Settings
 from semhist.kernel.validate import resolve_zone
 
-from . import files, scopes
+from semhist.kernel.writers import OPERATOR, Writer
+
+from . import batches, files, scopes
 from . import request as request_
 from .scopes import check_scope, widened
 from ..llm import LLMClient
@@ -68,7 +70,7 @@ class History(Maintenance):
         """Store a whole history; messages already stored from the same input are skipped."""
         check_thread_id(thread_id)
         keys = [source_key(i, m) for i, m in enumerate(thread.messages)]
-        return self._write(thread_id, thread.messages, keys, progress)
+        return self._write(thread_id, batches.signed(thread.messages, OPERATOR), keys, progress)
 
     def put(self, thread: Thread, progress: Callable[[int], None] | None = None) -> str:
         """Store a `Thread` object (a loaded history file) once; returns its id in the store.
@@ -84,31 +86,19 @@ class History(Maintenance):
                                "timestamp": timestamp.isoformat() if timestamp else None}
         return self.add_many(thread_id, [raw]).every_id[0]
 
-    def add_many(self, thread_id: str, messages: Sequence[Mapping[str, Any]]) -> IngestResult:
+    def add_many(self, thread_id: str, messages: Sequence[Mapping[str, Any]], *,
+                 writer: Writer = OPERATOR) -> IngestResult:
         """Append OpenAI chat messages, each optionally with "id" (the caller's idempotency
         key), "timestamp" (default: now) and "name". Every message is checked before any is
         stored, so a bad one stores nothing; ids already stored add nothing and their
-        message's id comes back in `every_id`."""
+        message's id comes back in `every_id`. `writer`: who writes (kernel/writers.py); a
+        system or developer message from a writer `operator_writers` does not trust is stored
+        as quoted history, its position in `quoted`."""
         check_thread_id(thread_id)
-        if not messages:
-            raise InputError("no messages to add")
-        now = datetime.now(timezone.utc).isoformat()
-        keys: list[str | None] = []
-        raw = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Mapping):
-                raise InputError(f"message {i}: expected an object", index=i, field="message")
-            key = m.get("id")
-            if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY
-                                    or not key.isprintable()):  # no NUL, no lone surrogate
-                raise InputError(f"message {i}, field 'id': expected a non-empty string of at most {MAX_KEY} "
-                                 "printable characters", index=i, field="id")
-            keys.append(key)
-            raw.append({**{k: v for k, v in m.items() if k != "id" and v is not None},
-                        "timestamp": m.get("timestamp") if m.get("timestamp") is not None else now})
+        raw, keys, quoted = batches.prepared(messages, writer, self.settings.trusted_writers)
         thread, _ = build_thread(thread_id, raw, zone=resolve_zone(self.settings.timezone), lenient=False, hint="",
                                  max_chars=self.settings.max_message_chars)
-        return self._write(thread_id, thread.messages, keys)
+        return replace(self._write(thread_id, batches.signed(thread.messages, writer), keys), quoted=quoted)
 
     def _write(self, thread_id: str, messages, keys, progress=None) -> IngestResult:
         entry = self.parts.states.entry(thread_id)

@@ -10,7 +10,7 @@ from typing import Any
 from semhist.indexers.embed import PASSAGE, EmbeddingCache, cache_key
 from semhist.kernel.errors import BackendError, InputError, NotFoundError
 from semhist.indexers.index import manifest as manifests
-from semhist.indexers.ingest import cutoff
+from semhist.indexers.ingest import check_identifiers, cutoff
 from semhist.kernel.model import embedding_text
 from semhist.kernel.ids import check_thread_id
 from semhist.kernel.model import Place, StoredMessage, as_message
@@ -83,8 +83,14 @@ class Maintenance:
 
     def place(self: Any, thread_id: str, *, tenant: str | None = None, channel: str | None = None) -> None:
         """Record where the thread belongs (made if new): its tenant and its channel, each set
-        once. Threads of one tenant and channel reach each other with `scope="channel"`."""
-        self.store.place(check_thread_id(thread_id), Place(tenant, channel))
+        once. Threads of one tenant and channel reach each other with `scope="channel"`. With
+        masking on (the thread's, or this process's for a new thread), an id holding personal
+        data is refused, as a thread id is."""
+        check_thread_id(thread_id)
+        masker = self.parts.ingestor.masker(self.store.pii(thread_id))
+        if masker:
+            check_identifiers(thread_id, [], masker, tenant=tenant, channel=channel)
+        self.store.place(thread_id, Place(tenant, channel))
 
     def set_retention(self: Any, thread_id: str, days: float | None) -> int:
         """Keep the thread's messages `days` days (None: forever); applies it now and on

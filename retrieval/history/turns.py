@@ -65,6 +65,9 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
         "timings_ms": {**timings, "keyword_ms": round(kw.ms, 2) if kw else 0.0,
                        "selection_ms": round(result.selection_ms, 2)},
         "answered": result.answer is not None,
+        # who stored each operator message the prompt opened with (kernel/writers.py)
+        "operator_messages": [[m.index, m.writer or "unrecorded"] for m in (index.thread.messages[p]
+                                                                              for p in index.thread.system_positions)],
         "notes": list(result.prompt.notes),
         "prefix": marks,
         "cached_tokens": result.cached_tokens,

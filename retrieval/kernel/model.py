@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .quoting import neutral, reserved
+from .quoting import neutral, reserved, visible
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,6 +42,8 @@ class Message:
     # What a prompt shows instead of an old tool result (retrieval/pipeline/toolresults.py);
     # its text stays what search and the retrieved context read.
     cleared: str | None = field(default=None, compare=False)
+    # Who stored an operator message (a system one): kernel/writers.py. Never sent.
+    writer: str | None = field(default=None, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
         """This message as an OpenAI chat `messages` entry (tool calls and parts as given),
@@ -90,7 +92,7 @@ _NAME_REFUSED = re.compile(r"[\s<|\\/>]+")
 def api_name(name: str) -> str | None:
     """A speaker's name as the API accepts it (at most 64 characters), None when nothing is left
     or when it reads as a role ("system"): the message's role is what it is."""
-    clean = _NAME_REFUSED.sub("_", name).strip("_")[:64]
+    clean = _NAME_REFUSED.sub("_", visible(name)).strip("_")[:64]
     return clean if clean and not reserved(clean) else None
 
 
@@ -264,6 +266,7 @@ class StoredMessage:
     vector: np.ndarray | None = field(default=None, compare=False)
     tokens: int = 0
     verbatim: dict[str, Any] | None = field(default=None, compare=False)
+    writer: str | None = None  # see Message.writer
 
     @property
     def key(self) -> Key:
@@ -273,7 +276,7 @@ class StoredMessage:
 def as_message(stored: StoredMessage) -> Message:
     """A stored message in the pipeline's form: its index is its store id."""
     return Message(stored.id, stored.role, stored.content, stored.timestamp, stored.name, stored.tool_calls,
-                   stored.tool_call_id, stored.verbatim)
+                   stored.tool_call_id, stored.verbatim, writer=stored.writer)
 
 
 def said(message: Mapping[str, Any]) -> tuple:

@@ -16,6 +16,11 @@ provider's prefix cache):
   inside a quoted block only semhist starts a line or writes a tag.
 - `speaker`: a line's label; a name that reads as a role (``system``, ``developer``...) is
   shown as ``user (named "system")``.
+
+Invisible format characters (Unicode category Cf: zero-width joiners, soft hyphens, bidi
+overrides) and Latin look-alikes from other scripts are folded before a name is compared with
+the roles, and left out of labels: ``sys\u200dtem`` and Cyrillic ``ѕуѕtеm`` read as ``system``.
+Between ``<`` and ``/`` (or their look-alikes) a tag may hide Cf characters too.
 """
 
 from __future__ import annotations
@@ -23,8 +28,18 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# "<" and the characters that read as one.
+# "<" and the characters that read as one; "/" likewise.
 _LESS_THAN = "<＜﹤‹〈⟨❮˂❬⧼〈"
+_SOLIDUS = "/／⁄∕⧸"
+# Unicode's format characters (category Cf, Unicode 15), invisible in most renderings: a test
+# checks this class against unicodedata, so it cannot fall behind the Python it runs on unseen.
+FORMAT_CHARS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+                "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+                "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+_FORMAT = re.compile(f"[{FORMAT_CHARS}]+")
+_HIDDEN = rf"[\s{FORMAT_CHARS}]*"  # what may stand between a tag's characters unseen
+# Letters of other scripts that look like the Latin ones of the role names (Cyrillic, Greek).
+_CONFUSABLES = str.maketrans("аеорсухѕіјԁһԛԝӏɡοαρνιτυεκмвт", "aeopcyxsijdhqwlgoapvituekmbt")
 # Control tokens of the common chat formats: ChatML and Qwen (<|im_start|>), Llama 3
 # (<|start_header_id|>, <|eot_id|>), Phi (<|user|>), DeepSeek (<｜User｜>, full-width bars),
 # Llama 2 and Mistral ([INST], <<SYS>>, <s>), Gemma (<start_of_turn>); and semhist's own
@@ -33,11 +48,12 @@ _CONTROL = re.compile(
     r"<(?=[|｜][^\n]{0,64}?[|｜]>)"
     r"|<(?=</?SYS>>)|<(?=/?s>)|<(?=(?:start|end)_of_turn>)|<(?=/?(?:bos|eos|pad|unk)>)"
     r"|\[(?=/?INST\])|\[(?=/?(?:SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS)\])"
-    rf"|[{_LESS_THAN}](?=\s*/?\s*(?:retrieved_history|channel_history|conversation_summary|user_statements)\b)",
+    rf"|[{_LESS_THAN}](?={_HIDDEN}[{_SOLIDUS}]?{_HIDDEN}(?:retrieved_history|channel_history|conversation_summary|"
+    r"user_statements)\b)",
     re.IGNORECASE)
 _CONTROL_HINT = re.compile(rf"[\[{_LESS_THAN}]")
 # ...before what starts a tag or a control token
-_TAG_LIKE = re.compile(rf"[{_LESS_THAN}](?=\s*[A-Za-z_/|｜!?<{_LESS_THAN}])")
+_TAG_LIKE = re.compile(rf"[{_LESS_THAN}](?={_HIDDEN}[A-Za-z_|｜!?<{_LESS_THAN}{_SOLIDUS}])")
 # Names that would read as a role (or the operator) at the start of a line.
 RESERVED_NAMES = frozenset({"system", "developer", "assistant", "user", "tool", "function", "operator",
                             "model", "human", "ai", "ipython", "admin", "administrator", "root", "semhist"})
@@ -66,10 +82,21 @@ def quoted(text: str) -> str:
     return "\n  ".join(lines) if len(lines) > 1 else text
 
 
+def visible(text: str) -> str:
+    """`text` without format characters (Cf): what a reader sees of it."""
+    return _FORMAT.sub("", text)
+
+
+def folded(name: str) -> str:
+    """A name as it reads: width, case, format characters and look-alike letters folded."""
+    return visible(unicodedata.normalize("NFKC", name)).casefold().translate(_CONFUSABLES)
+
+
 def reserved(name: str) -> bool:
-    """True when a speaker's name reads as a role: its first word, compared case- and
-    width-insensitively ("SYSTEM", "ｓｙｓｔｅｍ", "System message")."""
-    first = _FIRST_WORD.search(unicodedata.normalize("NFKC", name).casefold())
+    """True when a speaker's name reads as a role: its first word, compared case-, width- and
+    script-insensitively, format characters removed ("SYSTEM", "ｓｙｓｔｅｍ", "sys\u200dtem",
+    Cyrillic "ѕуѕtеm", "System message")."""
+    first = _FIRST_WORD.search(folded(name))
     return first is not None and first.group() in RESERVED_NAMES
 
 
@@ -78,7 +105,7 @@ def speaker(name: str | None, role: str) -> str:
     the role."""
     if not name:
         return role
-    clean = " ".join(_LABEL_REFUSED.sub(" ", name).split())[:64]
+    clean = " ".join(_LABEL_REFUSED.sub(" ", visible(name)).split())[:64]
     if not clean:
         return role
     return f'{role} (named "{clean}")' if reserved(clean) else clean

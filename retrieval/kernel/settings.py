@@ -24,6 +24,11 @@ EMBED, SEGMENT, SEARCH, KEYWORD, ANSWER, MEMORY, INPUT, STORE, WRITE, SERVE, CAC
     "serving", "cache", "service")
 
 
+# Who writes a message, by kind: the operator (the library, the CLI, SEMHIST_API_TOKEN), a scoped
+# service token, an MCP client, the proxy (a system message after a request's first turn).
+WRITER_KINDS = ("operator", "token", "mcp", "proxy")
+
+
 def option(default: Any = MISSING, *, help: str, group: str, flag: str | None = None,
            choices: tuple[str, ...] | None = None, factory: Any = None, shown: str | None = None) -> Any:
     """A settings field with what the CLI needs to offer it (`shown`: how help names the default)."""
@@ -177,6 +182,11 @@ class Settings:
     pii: str = option("off", group=WRITE, help="mask e-mails, phones, card numbers, My Numbers and postal "
                                                "addresses before storing (kept with the thread): on, off, or "
                                                "rule names")
+    operator_writers: str = option("operator", group=WRITE,
+                                   help="who may store system/developer messages as operator instructions: "
+                                        "operator (the library, the CLI, SEMHIST_API_TOKEN); add token, mcp, "
+                                        "proxy to trust those writers too (comma-separated). From any other "
+                                        "writer they are stored as quoted history")
     log_prompts: bool = option(False, group=STORE, help="keep each logged ask's prompt messages (masked like "
                                                         "the thread) for the inspector; any forget of the "
                                                         "thread clears them")
@@ -209,8 +219,13 @@ class Settings:
     # longer than a bot's pause between turns and a load balancer's idle timeout (60 s): closing
     # sooner races with the client reusing the connection
     keep_alive: float = option(75.0, group=SERVICE, help="seconds an idle kept-alive connection stays open")
-    max_connections: int = option(1000, group=SERVICE, help="connections per worker; beyond, new requests "
-                                                            "are answered 503")
+    max_connections: int = option(1000, group=SERVICE, help="connections per worker that have sent a request; "
+                                                            "beyond, new requests are answered 503 (JSON). "
+                                                            "Connections still sending their first headers "
+                                                            "have a bucket of the same size of their own")
+    max_pending_per_client: int = option(32, group=SERVICE, help="connections one client address may hold "
+                                                                 "open before its first request's headers are "
+                                                                 "in; beyond, 503 and closed")
     upstream_timeout: float = option(600.0, group=SERVICE, help="seconds to wait for the upstream's answer "
                                                                 "(a local model on a busy CPU takes minutes)")
     tokens_file: Path | None = option(None, group=SERVICE, shown="none",
@@ -255,7 +270,7 @@ class Settings:
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
                     "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step", "recent_step",
-                    "header_timeout", "body_timeout", "keep_alive", "max_connections")
+                    "header_timeout", "body_timeout", "keep_alive", "max_connections", "max_pending_per_client")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -275,7 +290,16 @@ class Settings:
             valid = f.metadata.get("choices")
             if valid and getattr(self, f.name) not in valid:
                 raise ConfigError(f"{f.name} must be one of {', '.join(valid)}; got {getattr(self, f.name)!r}")
+        unknown = set(self.trusted_writers) - set(WRITER_KINDS)
+        if unknown or "operator" not in self.trusted_writers:
+            raise ConfigError(f"operator_writers must name operator and any of {', '.join(WRITER_KINDS[1:])}; "
+                              f"got {self.operator_writers!r}")
         return self
+
+    @property
+    def trusted_writers(self) -> frozenset[str]:
+        """The kinds of writer whose system/developer messages are the operator's (`operator_writers`)."""
+        return frozenset(w.strip() for w in self.operator_writers.split(",") if w.strip())
 
     def layout_for(self, budget: Budget | None) -> str:
         """The layout a request is built in: `auto` is the cache layout for a billed budget

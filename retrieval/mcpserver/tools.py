@@ -20,7 +20,7 @@ from semhist.kernel.validate import parse_timestamp, resolve_zone
 
 try:
     from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 except ImportError as exc:
     raise missing_extra("mcp", "mcp") from exc
 
@@ -85,8 +85,15 @@ def build(history: History, access: Access) -> MCPServer:
     @_said
     def add_message(thread_id: str, role: str, content: str, ctx: Context, name: str | None = None,
                     id: str | None = None) -> dict[str, Any]:
-        """Store a message (role user, assistant or system); `id`, your key, makes adding it again a no-op."""
-        return {"id": history.add(grant(ctx).check(thread_id), role, content, name=name, key=id)}
+        """Store a message (role user or assistant; system is stored as quoted history, not as an
+        instruction); `id`, your key, makes adding it again a no-op."""
+        g = grant(ctx)
+        result = history.add_many(g.check(thread_id), [{"role": role, "content": content, "name": name, "id": id}],
+                                  writer=g.writer("mcp"))
+        if result.quoted:
+            return {"id": result.every_id[0], "stored_as": f"quoted history of a speaker named {role!r}: operator "
+                                                           "instructions come from the operator, not from MCP clients"}
+        return {"id": result.every_id[0]}
 
     @server.tool()
     @_said
@@ -96,7 +103,7 @@ def build(history: History, access: Access) -> MCPServer:
         return {"forgotten": history.forget(thread, ids=None if message_id is None else [message_id])}
 
     @server.resource("thread://{thread_id}/recent", mime_type="text/plain")
-    @_said
+    @_said_as(ResourceError)
     def recent(thread_id: str, ctx: Context) -> str:
         """The newest messages of a thread, quoted."""
         return "\n".join(message_line(m) for m in history.store.messages(grant(ctx).check(thread_id), last=RECENT))
@@ -104,16 +111,22 @@ def build(history: History, access: Access) -> MCPServer:
     return server
 
 
-def _said(tool):
+def _said_as(error: type[Exception]):
     """semhist's errors (a thread the token may not read, a bad date, no such thread) as the
-    tool's error message to the client, not an internal error with a traceback."""
-    @functools.wraps(tool)
-    def run(*args, **kwargs):
-        try:
-            return tool(*args, **kwargs)
-        except SemhistError as exc:
-            raise ToolError(str(exc)) from exc
-    return run
+    tool's or the resource's own error, with the same message (the SDK logs those without a
+    traceback), not an internal error with one."""
+    def wrap(handler):
+        @functools.wraps(handler)
+        def run(*args, **kwargs):
+            try:
+                return handler(*args, **kwargs)
+            except SemhistError as exc:
+                raise error(str(exc)) from exc
+        return run
+    return wrap
+
+
+_said = _said_as(ToolError)
 
 
 def message_line(m: StoredMessage) -> str:

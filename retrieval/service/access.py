@@ -23,6 +23,7 @@ from typing import Any
 from semhist.kernel.errors import ConfigError
 from semhist.kernel.ids import THREAD_ID, check_thread_id
 from semhist.kernel.settings import Settings
+from semhist.kernel.writers import OPERATOR as OPERATOR_WRITER, Writer
 
 from .errors import Forbidden
 
@@ -47,6 +48,13 @@ class Grant:
         if not self.allows(thread_id):
             raise Forbidden(f"this token's threads do not include {thread_id!r}")
         return thread_id
+
+    def writer(self, kind: str = "token") -> Writer:
+        """Who writes with this grant: the operator for SEMHIST_API_TOKEN (and a server with no
+        tokens, on loopback), else `kind` under the token's name (kernel/writers.py)."""
+        if self.everything and kind == "token":
+            return OPERATOR_WRITER
+        return Writer(kind, None if self is OPEN else self.name)
 
     def user_thread(self, user: str, secret: bytes) -> str:
         """The thread for an OpenAI `user`: a keyed digest, never the name itself (an e-mail
@@ -85,7 +93,22 @@ class Access:
             grants.update(_parse(_read(settings.tokens_file), str(settings.tokens_file), grants))
         if settings.tokens:
             grants.update(_parse(settings.tokens, "SEMHIST_TOKENS", grants))
+        _no_overlap(list(grants.values()))
         return cls(grants)
+
+
+def _no_overlap(grants: list[Grant]) -> None:
+    """A token whose prefix starts another token's (`acme` and `acme-corp:`) would reach that
+    token's threads without anyone meaning it: refused at start. The same prefix on two tokens
+    is a choice (two bots sharing threads) and stands."""
+    for grant in grants:
+        for other in grants:
+            for mine in grant.prefixes:
+                theirs = next((p for p in other.prefixes if p != mine and p.startswith(mine)), None)
+                if other is not grant and theirs is not None:
+                    raise ConfigError(f"token {grant.name}'s prefix {mine!r} also matches token {other.name}'s "
+                                      f"{theirs!r}: {grant.name} would reach {other.name}'s threads. End each "
+                                      "prefix with a separator (acme: or acme-) so that none starts another")
 
 
 def _digest(token: str) -> str:

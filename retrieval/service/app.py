@@ -140,12 +140,13 @@ def _threads_api(settings: Settings) -> APIRouter:
         fresh = placed and not history.store.has_thread(thread_id)
         if placed and not fresh:
             history.place(thread_id, tenant=body.tenant, channel=body.channel)
-        result = history.add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages])
+        result = history.add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages],
+                                  writer=request.state.grant.writer())
         if fresh:
             history.place(thread_id, tenant=body.tenant, channel=body.channel)
         _freeze_loaded(request)
         metrics().added.inc(result.added)
-        return Added(ids=list(result.every_id), added=result.added)
+        return Added(ids=list(result.every_id), added=result.added, quoted=list(result.quoted))
 
     @api.post("/v1/threads/{thread_id}/context", response_model=Context)
     @in_pool

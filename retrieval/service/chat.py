@@ -31,6 +31,7 @@ from semhist.kernel.model import Message, content_text
 from semhist.kernel.settings import Budget, Settings
 from semhist.kernel.ids import check_thread_id
 from semhist.kernel.tokens import count_messages
+from semhist.kernel.writers import Writer, as_written
 
 from semhist import History
 from semhist import get_strategy
@@ -76,19 +77,24 @@ def names_thread(headers: Mapping[str, str], body: Mapping[str, Any]) -> bool:
 
 
 def continued(response_id: str, thread: str | None, grant: Grant) -> str:
-    """The thread of `previous_response_id` (as the store recorded it), if the token may reach it."""
-    if thread is None:
+    """The thread of `previous_response_id` (as the store recorded it), if the token may reach it.
+    Another token's response is answered exactly as one never relayed: a 403 naming its thread
+    would tell the thread's id, and that the response id is real."""
+    if thread is None or not grant.allows(thread):
         raise InputError(f"previous_response_id {response_id[:80]!r} names no response semhist relayed (or its "
                          "thread was forgotten): name the thread with an X-Semhist-Thread header or `user`",
                          field="previous_response_id")
-    return grant.check(thread)
+    return thread
 
 
 def prepare(history: History, settings: Settings, thread_id: str, body: dict[str, Any], *,
+            writer: Writer = Writer("proxy"),
             budget: Budget | None = None, strategy: str = "blocks", model: str | None = None,
             cache_key: bool = False) -> Turn:
     """Check everything, store what is new, build the prompt; nothing is forwarded yet.
-    `cache_key`: add `prompt_cache_key` (the thread's digest) unless the request has one."""
+    `cache_key`: add `prompt_cache_key` (the thread's digest) unless the request has one.
+    `writer`: who stores the conversation's messages; a system message after its first turn
+    is the client's, stored as quoted history unless the operator trusts the proxy."""
     get_strategy(strategy)  # an unknown name is refused before anything is stored
     if not body.get("model") and not model:
         raise InputError("model: name the model (the upstream has no default)", field="model")
@@ -105,10 +111,12 @@ def prepare(history: History, settings: Settings, thread_id: str, body: dict[str
     if not users:
         raise InputError("messages: no user message after the system messages", field="messages")
     current = users[-1]
-    parsed = _parsed(settings, thread_id, conversation, offset=lead)
+    # as it will be stored (a later system message quoted), so the next request's copy lines up with it
+    parsed = _parsed(settings, thread_id, [as_written(m, writer, settings.trusted_writers)[0] for m in conversation],
+                     offset=lead)
     check_request(parsed[current].content, settings.max_message_chars)
     with _lock(thread_id):  # two requests for one thread must not both store its turn
-        added = _store_unseen(history, settings, thread_id, conversation, parsed, current)
+        added = _store_unseen(history, settings, thread_id, conversation, parsed, current, writer)
     result = history.ask(thread_id, parsed[current].content, strategy=strategy, budget=budget,
                          system_prompt=_instructions(sent[:lead]))
     prompt = end_with_turn(list(result.prompt.messages), [_forwarded(m) for m in conversation[current:]])
@@ -175,7 +183,7 @@ def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any
 
 
 def _store_unseen(history: History, settings: Settings, thread_id: str, conversation: list[dict[str, Any]],
-                  parsed: list[Message], current: int) -> int:
+                  parsed: list[Message], current: int, writer: Writer) -> int:
     marker = history.store.marker(thread_id)
     stored = history.store.messages(thread_id, last=len(conversation) + REPLIES) if marker is not None else []
     masker = history.parts.ingestor.masker(marker.pii) if marker is not None else None
@@ -191,7 +199,8 @@ def _store_unseen(history: History, settings: Settings, thread_id: str, conversa
                        "store a long history with POST /v1/threads/{id}/messages first")
     if not new:
         return 0
-    return history.add_many(thread_id, [{k: v for k, v in m.items() if k in _STORED} for m in new]).added
+    return history.add_many(thread_id, [{k: v for k, v in m.items() if k in _STORED} for m in new],
+                            writer=writer).added
 
 
 _STORED = ("role", "content", "name", "speaker", "tool_calls", "tool_call_id", "id", "timestamp")

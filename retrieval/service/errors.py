@@ -73,7 +73,9 @@ def _semhist(request: Request, exc: SemhistError) -> JSONResponse:
     status, kind = next((s, k) for cls, s, k in STATUS if isinstance(exc, cls))
     if status >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    # a request without a valid token does not keep its connection (connections.py: it would hold
+    # a place among the served ones for the keep-alive time)
+    headers = {"WWW-Authenticate": "Bearer", "Connection": "close"} if status == 401 else None
     return error_response(status, kind, str(exc), index=getattr(exc, "index", None),
                           field=getattr(exc, "field", None), headers=headers)
 

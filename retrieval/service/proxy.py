@@ -111,7 +111,8 @@ async def relay(request: Request, settings: Settings, data: dict[str, Any], budg
     else:
         thread = chat.thread_of(request.headers, data, request.state.grant, await _secret(request))
     history: History = request.app.state.history
-    prepare = functools.partial(chat.prepare, history, settings, thread, data, model=upstream.model,
+    prepare = functools.partial(chat.prepare, history, settings, thread, data, writer=request.state.grant.writer("proxy"),
+                                model=upstream.model,
                                 budget=chat.budget_of(budget), strategy=strategy or "blocks",
                                 cache_key=upstream.cache_key)
     turn = await _in_pool(request, prepare)

@@ -43,6 +43,9 @@ class AddMessages(BaseModel):
 class Added(BaseModel):
     ids: list[int] = Field(description="the stored id of each message posted, in order")
     added: int = Field(description="how many were new (the others were stored before under the same id)")
+    quoted: list[int] = Field(default_factory=list, description=(
+        "positions of system or developer messages stored as quoted history, not as operator instructions: "
+        "only the operator's token writes those (SEMHIST_OPERATOR_WRITERS widens it)"))
 
 
 class ContextRequest(BaseModel):

@@ -9,14 +9,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from semhist.kernel.quoting import reserved, speaker
+from semhist.kernel.quoting import FORMAT_CHARS, reserved, speaker
+from semhist.kernel.writers import Writer, as_written
 
 CORPUS = json.loads((Path(__file__).parent / "corpus.json").read_text())["cases"]
 IDS = [c["id"] for c in CORPUS]
 REQUEST = "What did we decide about the budget?"
 _LESS, _GREATER = "<＜﹤‹〈⟨❮˂❬⧼〈", ">＞﹥›〉⟩❯˃❭⧽〉"
 _CONTROL = re.compile(r"<[|｜]|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>|\[/?SYSTEM_PROMPT\]", re.I)
-_TAG = re.compile(r"<\s*/?\s*(retrieved_history|conversation_summary|user_statements)\b", re.I)
+_TAG = re.compile(r"<\s*/?\s*(retrieved_history|channel_history|conversation_summary|user_statements)\b", re.I)
 _OPERATOR_LINE = re.compile(r"(system|developer)\b", re.I)
 
 
@@ -25,9 +26,12 @@ def marker(case: dict) -> str:
 
 
 def planted(case: dict) -> list[dict[str, Any]]:
-    """The case's message(s), its marker in place."""
-    return json.loads(json.dumps([case["message"], *([case["after"]] if "after" in case else [])])
-                      .replace("MARK", marker(case)))
+    """The case's message(s), its marker in place, as its writer's message is stored (a case's
+    `writer`: kernel/writers.py, the function every front end stores through)."""
+    messages = json.loads(json.dumps([case["message"], *([case["after"]] if "after" in case else [])])
+                          .replace("MARK", marker(case)))
+    writer = Writer(case.get("writer", "operator"))
+    return [as_written(m, writer, frozenset({"operator"}))[0] for m in messages]
 
 
 def thread_rows(case: dict, more: int = 0) -> list[dict[str, Any]]:
@@ -52,9 +56,15 @@ def thread_rows(case: dict, more: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+_INVISIBLE = re.compile(f"[{FORMAT_CHARS}]")
+
+
 def _normal(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text)
-    return text.translate({ord(c): "<" for c in _LESS} | {ord(c): ">" for c in _GREATER})
+    """What a reader (or a model) takes the text for: width folded, format characters unseen,
+    look-alikes of < > / as themselves."""
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    return text.translate({ord(c): "<" for c in _LESS} | {ord(c): ">" for c in _GREATER}
+                          | {ord(c): "/" for c in "⁄∕⧸"})
 
 
 def _texts(message: dict[str, Any]) -> list[str]:
