@@ -198,9 +198,12 @@ def register_rule(rule: Rule) -> None:
 
 
 for _rule in (
-    Rule("email", re.compile(r"(?<![A-Za-z0-9._%+])[A-Za-z0-9][A-Za-z0-9._%+\-]{0,63}@[A-Za-z0-9\-]{1,63}"
-                             # the top-level domain ends its label: Teams ids (19:x@thread.tacv2) are no address
-                             r"(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.[A-Za-z]{2,24}(?![A-Za-z0-9\-])"), "[EMAIL]"),
+    Rule("email", re.compile(r"(?<![A-Za-z0-9._%+])[A-Za-z0-9][A-Za-z0-9._%+\-]{0,63}@"
+                             # Teams conversation and channel ids are no address (19:x@thread.tacv2)
+                             r"(?!thread\.(?:tacv2|skype|v2)\b|unq\.gbl\.spaces\b)[A-Za-z0-9\-]{1,63}"
+                             # the top-level domain (letters, or punycode) ends its label
+                             r"(?:\.[A-Za-z0-9\-]{1,63}){0,8}\.(?:xn--[A-Za-z0-9\-]{1,59}|[A-Za-z]{2,24})(?![A-Za-z0-9])"),
+         "[EMAIL]"),
     # ungrouped, or grouped the way cards are printed (4-4-4-4, 4-6-5, 4-4-4-4-3): loose
     # grouping would also take ISBNs such as 978-4-00-000000-0, which can pass Luhn too
     Rule("card", re.compile(_D + r"(?:[0-9]{13,19}|[0-9]{4}([ -])[0-9]{4,6}\1[0-9]{4,5}(?:\1[0-9]{1,4}){0,2})"

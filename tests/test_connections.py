@@ -157,6 +157,8 @@ def test_past_the_connection_cap_the_answer_is_the_services_json_error(capped):
             kept.append(sock)
         over = httpx.get(capped.url + "/healthz", timeout=10)
         assert over.status_code == 503 and over.json()["error"]["type"] == "unavailable", over.text
+        kept[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # a served client keeps its place
+        assert kept[0].recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         for sock in kept:
             sock.close()

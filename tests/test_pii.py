@@ -29,6 +29,8 @@ def test_masks(text, masked):
 
 # (id, text, masked): every shape that used to slip through, in Japanese and English sentences
 POSITIVES = [
+    ("email-punycode", "write to ivan@example.xn--p1ai, thanks", "write to [EMAIL], thanks"),
+    ("email-then-dash", "a@example.com- see above", "[EMAIL]- see above"),
     # international numbers glued to Japanese text
     ("intl-after-kana", "連絡先は+81 90 1234 5678です", "連絡先は[PHONE]です"),
     ("intl-fullwidth", "連絡先：＋８１　９０　１２３４　５６７８", "連絡先：[PHONE]"),
@@ -115,6 +117,7 @@ NEGATIVES = [
     # placed in its channel with masking on
     ("teams-channel-id", "19:launch@thread.tacv2;messageid=501"),
     ("teams-chat-id", "19:abc@thread.v2"),
+    ("teams-classic-channel", "19:abc@thread.skype"), ("teams-space", "19:abc@unq.gbl.spaces"),
     ("date-iso", "meeting on 2024-05-01 at 10:30"),
     ("date-slash", "2024/05/01に会議"),
     ("date-ja", "2024年5月1日に会議"),

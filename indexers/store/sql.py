@@ -157,12 +157,13 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
 
     def threads(self) -> list[ThreadInfo]:
         # counters and index look-ups, not a scan: a thread may hold millions of messages
-        first_last = ("(SELECT ts FROM messages m WHERE m.thread_id = t.thread_id AND ts IS NOT NULL "
+        # each time with its message's own offset (tz), as the thread's messages show it
+        first_last = ("(SELECT {1} FROM messages m WHERE m.thread_id = t.thread_id AND ts IS NOT NULL "
                       "ORDER BY sort_ts {0}, id {0} LIMIT 1)")
+        ends = ", ".join(first_last.format(order, column) for order in ("ASC", "DESC") for column in ("ts", "tz"))
         with self._read() as cur:
-            cur.execute(f"SELECT t.thread_id, t.n_messages, {first_last.format('ASC')}, {first_last.format('DESC')}, "
-                        "t.retention_days FROM threads t ORDER BY t.thread_id")
-            return [ThreadInfo(r[0], int(r[1]), stamp(r[2], None), stamp(r[3], None), r[4]) for r in cur.fetchall()]
+            cur.execute(f"SELECT t.thread_id, t.n_messages, {ends}, t.retention_days FROM threads t ORDER BY t.thread_id")
+            return [ThreadInfo(r[0], int(r[1]), stamp(r[2], r[3]), stamp(r[4], r[5]), r[6]) for r in cur.fetchall()]
 
     def totals(self) -> tuple[int, int]:
         """(threads, messages) stored: two counters summed, cheap enough for a health check."""

@@ -81,16 +81,19 @@ class Maintenance:
             except BackendError as exc:  # the store has forgotten: say what is left, do not undo that
                 log.warning("%s: forgotten, but their cached vectors in %s remain: %s", thread_id, disk, exc)
 
-    def place(self: Any, thread_id: str, *, tenant: str | None = None, channel: str | None = None) -> None:
+    def place(self: Any, thread_id: str, *, tenant: str | None = None, channel: str | None = None,
+              check_only: bool = False) -> None:
         """Record where the thread belongs (made if new): its tenant and its channel, each set
         once. Threads of one tenant and channel reach each other with `scope="channel"`. With
         masking on (the thread's, or this process's for a new thread), an id holding personal
-        data is refused, as a thread id is."""
+        data is refused, as a thread id is. `check_only`: refuse what would be refused, record
+        nothing (a caller that stores the thread's first messages before placing it)."""
         check_thread_id(thread_id)
         masker = self.parts.ingestor.masker(self.store.pii(thread_id))
         if masker:
             check_identifiers(thread_id, [], masker, tenant=tenant, channel=channel)
-        self.store.place(thread_id, Place(tenant, channel))
+        if not check_only:
+            self.store.place(thread_id, Place(tenant, channel))
 
     def set_retention(self: Any, thread_id: str, days: float | None) -> int:
         """Keep the thread's messages `days` days (None: forever); applies it now and on

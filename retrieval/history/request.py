@@ -33,7 +33,8 @@ from .views import NoVectors, Reach, candidate_view, end_view, reach_for
 # Asking a stored thread without logging the turn, in the cache layout: the next ask carries the
 # last *logged* prompt, not this one (cost.md, "Two layouts").
 UNLOGGED = ("cache layout without the turn log: this prompt carries what the last logged ask held, and "
-            "the next ask will not carry this one (ask with log_turn=True to keep the prompt's start)")
+            "the next ask will not carry this one (a bot's asks log their turns, log_turn=True, to keep the "
+            "prompt's start)")
 
 # Turn-log records read for the cache layout: the newest of the strategy holds its whole state,
 # and a bot asks with one strategy (a `compare` of several writes one record each).

@@ -29,16 +29,22 @@ import re
 import unicodedata
 
 # "<" and the characters that read as one; "/" likewise.
-_LESS_THAN = "<＜﹤‹〈⟨❮˂❬⧼〈"
-_SOLIDUS = "/／⁄∕⧸"
-# Unicode's format characters (category Cf, Unicode 15), invisible in most renderings: a test
-# checks this class against unicodedata, so it cannot fall behind the Python it runs on unseen.
-FORMAT_CHARS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
-                "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
-                "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+_LESS_THAN = "<＜﹤‹〈⟨❮˂❬⧼〈ᐸ"
+_SOLIDUS = "/／⁄∕⧸╱⟋"
+# What a reader does not see: Unicode's format characters (category Cf, Unicode 15) and the
+# other default-ignorable code points (a combining grapheme joiner, variation selectors, Hangul
+# fillers), and the blank braille pattern. A test checks the class against unicodedata's Cf, so
+# it cannot fall behind the Python it runs on unseen.
+FORMAT_CHARS = ("\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5"
+                "\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0"
+                "\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+                "\U0001d173-\U0001d17a\U000e0000-\U000e0fff")
 _FORMAT = re.compile(f"[{FORMAT_CHARS}]+")
 _HIDDEN = rf"[\s{FORMAT_CHARS}]*"  # what may stand between a tag's characters unseen
-# Letters of other scripts that look like the Latin ones of the role names (Cyrillic, Greek).
+# Letters of other scripts that look like the Latin ones of the role names (Cyrillic, Greek),
+# capitals first: they are folded before case is (Greek capital Upsilon looks like Y, its small
+# letter like u).
+_CONFUSABLES_UPPER = str.maketrans("АВЕКМНОРСТХУЅІЈΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEKMHOPCTXYSIJABEZHIKMNOPTYX")
 _CONFUSABLES = str.maketrans("аеорсухѕіјԁһԛԝӏɡοαρνιτυεκмвт", "aeopcyxsijdhqwlgoapvituekmbt")
 # Control tokens of the common chat formats: ChatML and Qwen (<|im_start|>), Llama 3
 # (<|start_header_id|>, <|eot_id|>), Phi (<|user|>), DeepSeek (<｜User｜>, full-width bars),
@@ -89,7 +95,7 @@ def visible(text: str) -> str:
 
 def folded(name: str) -> str:
     """A name as it reads: width, case, format characters and look-alike letters folded."""
-    return visible(unicodedata.normalize("NFKC", name)).casefold().translate(_CONFUSABLES)
+    return visible(unicodedata.normalize("NFKC", name)).translate(_CONFUSABLES_UPPER).casefold().translate(_CONFUSABLES)
 
 
 def reserved(name: str) -> bool:

@@ -138,8 +138,8 @@ def _threads_api(settings: Settings) -> APIRouter:
         # a thread the batch would make is placed after it is stored: a refused batch leaves no
         # empty thread behind; a stored thread is placed first, so a conflicting place stores nothing
         fresh = placed and not history.store.has_thread(thread_id)
-        if placed and not fresh:
-            history.place(thread_id, tenant=body.tenant, channel=body.channel)
+        if placed:  # refused (personal data in an id) before anything is stored
+            history.place(thread_id, tenant=body.tenant, channel=body.channel, check_only=fresh)
         result = history.add_many(thread_id, [m.model_dump(exclude_none=True) for m in body.messages],
                                   writer=request.state.grant.writer())
         if fresh:

@@ -106,12 +106,14 @@ if HttpToolsProtocol is not None:
 
         def on_headers_complete(self) -> None:
             self._disarm()
-            if self._state == "pending":
+            over = self._state == "refused"  # (a request pipelined after the refused one)
+            if self._state == "pending":  # its first request: a place among the served, if one is free
                 self._unpend()
-                self._state = "served"
-                self._served.add(self)
-            over = len(self._served) > _limits()[2]
-            if over:  # uvicorn runs `self.app` for this request: the JSON 503 instead
+                over = len(self._served) >= _limits()[2]
+                self._state = "refused" if over else "served"
+                if not over:
+                    self._served.add(self)
+            if over:  # uvicorn runs `self.app` for this request: the JSON 503 instead (it closes)
                 app, self.app = self.app, _busy
             try:
                 super().on_headers_complete()

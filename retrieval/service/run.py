@@ -65,4 +65,5 @@ def serve(settings: Settings, overrides: Mapping[str, Any], *, host: str, port: 
     uvicorn.run("semhist.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
                 access_log=access_log, log_level="info", timeout_graceful_shutdown=10,
                 timeout_keep_alive=settings.keep_alive, limit_concurrency=settings.max_connections,
-                http=guarded_protocol())
+                # no WebSocket route: an upgrade would hand the socket past the connection caps
+                http=guarded_protocol(), ws="none")
