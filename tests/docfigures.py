@@ -1,7 +1,8 @@
 """What the docs quote from a benchmark, checked against what the benchmark wrote.
 
 A *unit* of a page is a table row, a list item or a paragraph. A unit that names a benchmark
-(`benchmarks/NAME.md` or `benchmarks/NAME.py`) quotes it: every figure in it (a decimal such as
+(`benchmarks/NAME.md` or `benchmarks/NAME.py`) quotes it, and so do the rows of a table that a
+paragraph naming one introduces: every figure in it (a decimal such as
 0.865, or a number with thousands separators such as 9,635) must be a rounding of a number in
 that benchmark's output files (`benchmarks/NAME*.md`, `benchmarks/NAME*.json`). A figure that is
 a setting, not a result, is written without a decimal point or separators (`2000 characters`)."""
@@ -62,8 +63,13 @@ def unbacked(page: Path, benchmarks: Path) -> list[str]:
     """The figures of `page` that no output file of the benchmark they cite holds."""
     problems = []
     cache: dict[str, list[float]] = {}
+    introduced: list[str] = []  # what the paragraph before a table cites: its rows quote it too
     for line, unit in units(page.read_text(encoding="utf-8")):
         cited = sorted(set(CITED.findall(unit)))
+        if unit.startswith("|"):
+            cited = cited or introduced
+        else:
+            introduced = cited
         if not cited:
             continue
         numbers = [n for name in cited for n in cache.setdefault(name, source_numbers(benchmarks, name))]

@@ -40,6 +40,8 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
     "cold_thread": (["--sizes", "100,600", "--recall", "1", "--cache-dir", CACHE], ["cold_thread.json", "cold_thread.md"],
                     True),
     "forget_cost": (["--asks", "200", "--repeat", "2"], None, False),
+    "horizon": (["--limit", "1", "--queries", "4", "--strategies", "blocks,window", "--budgets", "1000",
+                 "--cache-dir", CACHE], ["horizon.json", "horizon.md"], True),
     "limits": (["--limit", "1", "--queries", "3"], ["limits.json", "limits.md"], True),
     "long_thread_view": (["--limit", "1", "--queries", "5", "--cache-dir", CACHE], ["long_thread_view.md"], True),
     "make_probes": ([], ["probes.jsonl", "cjk.jsonl"], False),

@@ -41,8 +41,8 @@ def test_ingest_add_ask_log_threads_forget(run):
     assert "keyword [ラーメン]" in text_log and "retrieved store ids" in text_log
 
     threads = json.loads(run("threads", "--json").stdout)
-    assert threads == [{"thread": "19:team@thread.v2", "messages": 69, "first": "2025-07-29T00:00:00+00:00",
-                        "last": "2025-07-29T02:00:00+00:00", "retention_days": None}]
+    assert threads == [{"thread": "19:team@thread.v2", "messages": 69, "first": "2025-07-29T09:00:00+09:00",
+                        "last": "2025-07-29T11:00:00+09:00", "retention_days": None}]
 
     gone = run("forget", "--thread", "19:team@thread.v2", "--before", "2025-07-29T09:30:00+09:00").stdout
     assert "forgot" in gone

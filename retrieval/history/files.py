@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .facade import History
 
 KNOWN_THREADS = 1024  # thread objects whose stored id is remembered
+POSITION_MAPS = 4  # long threads whose store-id -> file-position map is kept (a dict of its messages)
 
 
 class Known:
@@ -29,6 +30,8 @@ class Known:
     def __init__(self, limit: int = KNOWN_THREADS):
         self.limit = limit
         self._ids: OrderedDict[str, str] = OrderedDict()  # fingerprint -> stored id
+        # a few threads' store ids -> file positions (a view names store ids): read once, not per ask
+        self.positions: OrderedDict[str, dict[int, int]] = OrderedDict()
 
     def get(self, thread: Thread) -> str | None:
         found = self._ids.get(thread.fingerprint)
@@ -41,6 +44,8 @@ class Known:
         name what the store no longer holds)."""
         for old in [k for k, v in self._ids.items() if v == thread_id]:
             del self._ids[old]
+        for old in [k for k in self.positions if k.startswith(thread_id + "\x00")]:
+            del self.positions[old]
 
     def remember(self, thread: Thread, thread_id: str) -> None:
         self._ids[thread.fingerprint] = thread_id
@@ -91,6 +96,14 @@ def as_loaded(history: History, thread: Thread, thread_id: str, searched: Thread
     whole, else its messages at the positions of the view."""
     if len(searched.messages) == len(thread.messages):
         return thread
-    position = {m.id: p for p, m in enumerate(history.store.messages(thread_id))}
+    known = history.parts.known
+    key = f"{thread_id}\x00{thread.fingerprint}"
+    position = known.positions.get(key)
+    if position is None:  # the thread's every row, once per thread object (it was read per ask)
+        position = {m.id: p for p, m in enumerate(history.store.messages(thread_id))}
+        known.positions[key] = position
+        while len(known.positions) > POSITION_MAPS:
+            known.positions.popitem(last=False)
+    known.positions.move_to_end(key)
     return Thread(thread.id, tuple(thread.messages[position[m.index]] for m in searched.messages),
                   thread.queries, thread.language)

@@ -55,7 +55,10 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
         "keyword": [mask(k) for k in kw.keywords] if kw else None, "extractor": kw.source if kw else None,
         "extractor_reason": kw.reason if kw else None, "intent": kw.intent if kw else None,
         "time_range": str(kw.time_range) if kw and kw.time_range else None,
-        "retrieved": blocks, "left_out": left, "prompt_tokens": result.prompt.tokens, "budget_tokens": result.budget_tokens,
+        "retrieved": blocks, "left_out": left,
+        # stretches about the request the budget could not hold, each named by a dated line (store ids)
+        "listed": [thread.messages[p].index for p in result.prompt.selection.listed],
+        "prompt_tokens": result.prompt.tokens, "budget_tokens": result.budget_tokens,
         "full_tokens": result.full_tokens, "llm_calls": result.llm_calls,
         "view": {"messages": len(index), "whole_thread": index.whole},
         "memory": None if mem is None else {

@@ -141,6 +141,10 @@ class Settings:
                                                        "user/assistant alternation")
     # "user", not "system": the context quotes what anyone once typed, and a system message
     # speaks with the operator's authority (docs/guides/security.md)
+    author_boost: bool = option(True, group=SEARCH, help="blocks: stretches where a person the request names "
+                                                         "speaks rank higher (a thread of many conversations)")
+    list_stretches: bool = option(True, group=SEARCH, help="blocks, a topic request under a budget: name each "
+                                                           "stretch about it that does not fit by one dated line")
     context_role: str = option("user", group=SEARCH, choices=("user", "system"),
                                help="role of the retrieved-context and memory messages (system gives "
                                     "stored text the operator's authority)")

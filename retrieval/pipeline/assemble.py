@@ -20,6 +20,7 @@ from semhist.kernel.model import Thread, content_text
 from semhist.kernel.quoting import escaped, neutral, quoted
 from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_messages
 
+from . import listing
 from .elsewhere import elsewhere_cost, render_elsewhere
 from .pairing import after_tool_results, merge_same_role, pair_tool_messages
 from .select import (PROTECTED_UNITS, Earlier, Retrieved, Selection, clearable_results, context_line,
@@ -54,8 +55,9 @@ def _header(start: datetime | None, previous: datetime | None) -> str:
     return f"[{start:%Y-%m-%d %H:%M}]"
 
 
-def render_context(thread: Thread, retrieved: tuple[Retrieved, ...]) -> str:
-    """The context message body: each retrieved group dated, groups in chronological order."""
+def render_context(thread: Thread, retrieved: tuple[Retrieved, ...], listed: tuple[int, ...] = ()) -> str:
+    """The context message body: each retrieved group dated, groups in chronological order;
+    then a dated line for each stretch about the request left out (listing.py)."""
     parts = [CONTEXT_HEADER, "<retrieved_history>"]
     previous = None
     whole = {p for r in retrieved for p in r.whole}
@@ -64,6 +66,7 @@ def render_context(thread: Thread, retrieved: tuple[Retrieved, ...]) -> str:
         parts.append(_header(start, previous))
         previous = start or previous
         parts.extend(context_line(thread, p, p in whole) for p in run)
+    parts.extend(listing.render(thread, listed))
     parts.append("</retrieved_history>")
     return "\n".join(parts)
 
@@ -135,8 +138,9 @@ def build_messages(thread: Thread, selection: Selection, request: str, *,
     if memory:
         out.append({"role": context_role, "content": memory})
     context = [{"role": context_role, "content": render_elsewhere(selection.elsewhere)}] if selection.elsewhere else []
-    if selection.retrieved:
-        context.append({"role": context_role, "content": render_context(thread, selection.retrieved)})
+    if selection.retrieved or selection.listed:
+        context.append({"role": context_role, "content": render_context(thread, selection.retrieved,
+                                                                        selection.listed)})
     # APIs that insist on alternation take no system message between turns
     trailing = layout == "cache" and not (alternate and context_role == "system")
     if context and not trailing:
@@ -237,6 +241,9 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     fixed = fixed_cost(thread, request, system_prompt, closing) + elsewhere_cost(selection.elsewhere)
     parts = _Parts(thread, selection, request, budget, fixed, context_role, as_stored)
     notes: list[str] = []
+    while parts.over() and parts.listed:  # the lines go first: the last ones in time
+        parts.listed.pop()
+        parts.ctx = parts.context_cost()
     while parts.over() and parts.retrieved:
         parts.retrieved.pop()
         parts.ctx = parts.context_cost()
@@ -275,7 +282,8 @@ def fit(thread: Thread, selection: Selection, request: str, budget: int | None, 
     if shown:
         notes.append(f"cleared {len(shown)} tool result(s) of the recent turns to their placeholders for the budget")
     turns = {p for u in parts.history for p in u}
-    kept = replace(selection, retrieved=tuple(parts.retrieved), history=tuple(parts.history), summary=parts.summary,
+    kept = replace(selection, retrieved=tuple(parts.retrieved), listed=tuple(parts.listed),
+                   history=tuple(parts.history), summary=parts.summary,
                    notes=tuple(parts.notes_kept), quoted=tuple(parts.quoted), cleared=shown,
                    earlier=tuple(e for e in selection.earlier if e.before in turns))
     messages, paired = build_messages(with_cleared(thread, shown), kept, request, system_prompt=system_prompt,
@@ -295,6 +303,7 @@ class _Parts:
                  context_role: str, as_stored: str | None):
         self.thread, self.request, self.budget, self.fixed, self.role = thread, request, budget, fixed, context_role
         self.retrieved, self.history = list(selection.retrieved), list(selection.history)
+        self.listed = list(selection.listed)
         self.notes_kept, self.summary = list(selection.notes), selection.summary
         self.quoted = list(selection.quoted) or [None] * len(self.notes_kept)
         self.keep = protected_count(thread.messages, self.history, request, as_stored)
@@ -305,9 +314,10 @@ class _Parts:
         self.ctx, self.mem, self.hist = self.context_cost(), self.memory_cost(), sum(self.costs)
 
     def context_cost(self) -> int:
-        if not self.retrieved:
+        if not self.retrieved and not self.listed:
             return 0
-        return count_message({"role": self.role, "content": render_context(self.thread, tuple(self.retrieved))})
+        return count_message({"role": self.role, "content": render_context(self.thread, tuple(self.retrieved),
+                                                                            tuple(self.listed))})
 
     def memory_cost(self) -> int:
         text = render_memory(Selection(summary=self.summary, notes=tuple(self.notes_kept)))

@@ -92,6 +92,58 @@ class AuthorTerms:
         return self._value
 
 
+class Speakers:
+    """Each message's author as a number (0: none), kept as messages arrive; the numbers of the
+    authors as `AuthorTerms` holds them (a name's terms)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[frozenset[str], int] = {}
+        self._of = np.zeros(64, dtype=np.int32)  # grown by doubling: an append costs what it appends
+        self._n = 0
+
+    def extend(self, messages: Sequence[Message], start: int) -> None:
+        new = [self.ids.setdefault(name_terms(m.name), len(self.ids) + 1) if m.name else 0 for m in messages[start:]]
+        if self._n + len(new) > len(self._of):
+            self._of = np.concatenate([self._of, np.zeros(max(len(self._of), len(new)), dtype=np.int32)])
+        self._of[self._n:self._n + len(new)] = new
+        self._n += len(new)
+
+    def value(self, index: ThreadIndex) -> Speakers:
+        return self
+
+    def rows_by(self, index: ThreadIndex, names: Sequence[frozenset[str]]) -> np.ndarray:
+        """A row mask: the messages written by one of `names`."""
+        wanted = [self.ids[n] for n in names if n in self.ids]
+        if not wanted or not len(index.rows):
+            return np.zeros(len(index.rows), dtype=bool)
+        return np.isin(self._of[:self._n][np.asarray(index.rows)], wanted)
+
+
+def named_authors(index: ThreadIndex, terms: Sequence[str]) -> list[frozenset[str]]:
+    """The thread's authors the request names (by a term of two characters or more)."""
+    asked = {t for t in terms if len(t) > 1}
+    return [name for name in index.derived("author terms", AuthorTerms) if name & asked]
+
+
+# A block where a person the request names speaks ranks as if one list put it first: on a
+# thread of many conversations "what did Caroline say about X" means Caroline's talk.
+AUTHOR_BONUS = 1.0 / (RRF_K + 1)
+
+
+def author_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
+    """Per block: AUTHOR_BONUS where an author the request names speaks; None when it names none
+    or when every block has them (one conversation between two people: no information)."""
+    names = named_authors(index, terms)
+    if not names or not len(index.blocks):
+        return None
+    rows = index.derived("speakers", Speakers).rows_by(index, names)
+    first, _ = index.block_rows
+    spoken = np.maximum.reduceat(rows.astype(np.int8), first) > 0
+    if spoken.all() or not spoken.any():
+        return None
+    return spoken * AUTHOR_BONUS
+
+
 def fused_rows(index: ThreadIndex, dense: np.ndarray, terms: Sequence[str]) -> np.ndarray:
     """Per message row: dense and BM25 ranks fused."""
     lexical = index.lexical.scores(terms)

@@ -105,6 +105,7 @@ class Selection:
     restarted: bool = True  # the cache layout: the turns start afresh (nothing is carried over)
     elsewhere: tuple[Excerpt, ...] = ()  # other threads of the channel (a request with a wider scope)
     left_out: tuple[Retrieved, ...] = ()  # candidates ranked high enough that the budget could not hold
+    listed: tuple[int, ...] = ()  # stretches about the request left out, each named by a dated line (listing.py)
 
     @property
     def history_ids(self) -> tuple[int, ...]:

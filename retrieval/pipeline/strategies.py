@@ -18,13 +18,14 @@ from semhist.kernel.errors import ConfigError
 from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.kernel.model import Thread
 from semhist.kernel.settings import Settings
-from semhist.kernel.tokens import count_text
+from semhist.kernel.tokens import count_message, count_text
 
-from .assemble import context_overhead, context_cost, fixed_cost, render_memory
+from .assemble import context_overhead, context_cost, fixed_cost, render_context, render_memory
 from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
+from .listing import LINE_SHARE, about, listed, reserve, unshown
 from .named_time import in_range
-from .search import block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
+from .search import author_boost, block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
 from .select import (Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost, pack,
                      protected_count, shown_cost, stable_units)
 
@@ -146,23 +147,49 @@ class Blocks:
                 room = min(room, fresh)
             # a budget is always a cap; with fill_budget it is also the target
             budget, max_groups = (room, None) if s.fill_budget and fresh is None else (min(room, budget), max_groups)
-        timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
         terms = searched_terms(index, plan.terms)
-        if plan.intent == TOPIC:
-            searched: Iterable[Candidate] = _topic(index, dense, terms, s, relative=max_groups is not None)
-        else:
-            searched = _facts(index, dense, terms, s.hit_window)
-        candidates = chain(timed, searched)
+        boost = author_boost(index, plan.terms) if s.author_boost else None  # the people it names
+
+        def candidates() -> Iterable[Candidate]:  # made afresh for each packing: they are read as packed
+            timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
+            if plan.intent == TOPIC:
+                return chain(timed, _topic(index, dense, terms, s, relative=max_groups is not None, boost=boost))
+            return chain(timed, _facts(index, dense, terms, s.hit_window, boost=boost))
+
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
-        retrieved, left = pack(candidates, lambda p, whole: line_cost(thread, p, whole), budget, kept, max_groups,
-                               count_kept=fresh is not None)
+        cost = lambda p, whole: line_cost(thread, p, whole)  # noqa: E731
+        retrieved, left = pack(candidates(), cost, budget, kept, max_groups, count_kept=fresh is not None)
+        named: tuple[int, ...] = ()
+        # a topic request under a budget it fills: the stretches about it that did not fit are named,
+        # each by a dated line, the budget's last verbatim stretches making room for the lines
+        found = about(index, terms) if (s.list_stretches and plan.intent == TOPIC and inp.budget_tokens is not None
+                                        and max_groups is None and plan.time_range is None) else []
+        lines = reserve(index, found, kept | {p for r in retrieved for p in r.message_ids}, budget)
+        if lines:
+            retrieved, left = pack(candidates(), cost, budget - lines, kept, max_groups)
+            named = _named(thread, index, found, kept, retrieved, budget)
         if mem is None:
             return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted,
-                             left_out=tuple(left))
+                             left_out=tuple(left), listed=named)
         return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem), cleared, earlier,
-                         restarted, left_out=tuple(left))
+                         restarted, left_out=tuple(left), listed=named)
+
+
+def _named(thread: Thread, index: ThreadIndex, found, kept: frozenset[int], retrieved: list[Retrieved],
+           budget: int) -> tuple[int, ...]:
+    """The lines for the stretches about the request left out, in what the stretches, as
+    rendered, leave of `budget` (packing prices a stretch's date header by its mean); while not
+    every stretch is named, the lowest-ranked stretch makes room, up to the lines' share."""
+    while True:
+        shown = kept | {p for r in retrieved for p in r.message_ids}
+        rendered = count_message({"role": "user", "content": render_context(thread, tuple(retrieved))})
+        room = budget - (rendered - context_overhead())
+        named = listed(index, found, shown, room)
+        if len(named) >= len(unshown(index, found, shown)) or len(retrieved) <= 1 or room >= LINE_SHARE * budget:
+            return named
+        retrieved.pop()
 
 
 # At a tight budget the recent turns beyond the protected last exchanges may take at most
@@ -254,11 +281,13 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
 
 
 def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
-           relative: bool) -> list[Candidate]:
+           relative: bool, boost: np.ndarray | None = None) -> list[Candidate]:
     """Whole blocks by hybrid block score; a block too big for what is left offers, largest
     first, its topic sub-segment around the best message, shorter stretches around that
     message, and a window."""
     scores = fused_blocks(index, dense, terms)
+    if boost is not None:
+        scores = scores + boost
     best_dense = block_max(index, dense)
     fused = fused_rows(index, dense, terms)
     first, end = index.block_rows
@@ -310,9 +339,11 @@ def _stretches(index: ThreadIndex, b: int, row: int) -> list[tuple[int, ...]]:
 
 
 def _facts(index: ThreadIndex, dense: np.ndarray, terms: list[str], width: int,
-           limit: int = 400) -> Iterator[Candidate]:
-    """Windows around the best messages by fused dense + BM25 rank."""
+           limit: int = 400, boost: np.ndarray | None = None) -> Iterator[Candidate]:
+    """Windows around the best messages by fused dense + BM25 rank (`boost`: per block)."""
     fused = fused_rows(index, dense, terms)
+    if boost is not None:
+        fused = fused + boost[np.asarray(index.row_block)]
     rows = np.argsort(-fused, kind="stable")[:limit]
     # made as the packer reads them: a budget stops it after a few dozen of the 400
     return ((_fact(index, int(r), width), float(dense[r]), int(index.row_block[r]), index.rows[r]) for r in rows)

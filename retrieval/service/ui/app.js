@@ -23,7 +23,8 @@ const WORDS = {
     topics: "topic segments", topic_shift: "topic shift", sent_vs_full: "sent / full history",
     cached_share: "cached share", recent: "Recent verbatim turns", dense: "dense (cosine)", lexical: "lexical (BM25)",
     fused: "fused", who: "who", search_placeholder: "search this thread (dense and lexical)", search_button: "Search",
-    left_out: "Left out for the budget (ranked, did not fit)", sent: "The messages sent", not_kept: "Not kept: the service keeps them with SEMHIST_LOG_PROMPTS=on (cleared by any forget of the thread).",
+    left_out: "Left out for the budget (ranked, did not fit)",
+    listed: "Named by a dated line only (about the request, not shown whole)", sent: "The messages sent", not_kept: "Not kept: the service keeps them with SEMHIST_LOG_PROMPTS=on (cleared by any forget of the thread).",
     forgotten_forget: "{n} message(s) forgotten on {at} (from {from} to {to})",
     forgotten_edit: "edited on {at}: the earlier version of a message from {from} was forgotten",
     forgotten_before: "{n} message(s) before {to} forgotten by a date cut (retention), last on {at}",
@@ -51,7 +52,7 @@ const WORDS = {
     topics: "話題の区切り", topic_shift: "話題の切り替わり", sent_vs_full: "送信 / 全履歴",
     cached_share: "キャッシュ率", recent: "直近のやり取り (そのまま)", dense: "意味 (cosine)", lexical: "語 (BM25)",
     fused: "統合", who: "話者", search_placeholder: "このスレッドを検索 (意味と語)", search_button: "検索",
-    left_out: "予算に入らなかった候補", sent: "送ったメッセージ", not_kept: "保存されていません: SEMHIST_LOG_PROMPTS=on で保存します (スレッドの忘却で消えます)。",
+    left_out: "予算に入らなかった候補", listed: "日付の一行だけで示した範囲 (全文は入らず)", sent: "送ったメッセージ", not_kept: "保存されていません: SEMHIST_LOG_PROMPTS=on で保存します (スレッドの忘却で消えます)。",
     forgotten_forget: "{at} に {n} 件のメッセージを忘れました ({from} 〜 {to})",
     forgotten_edit: "{at} に編集: {from} のメッセージの以前の版を忘れました",
     forgotten_before: "{to} より前の {n} 件を日付で忘れました (保持期間)。最終 {at}",
@@ -166,8 +167,8 @@ async function threadsView() {
   const rows = threads.map((th) => el("tr", {"data-thread": th.thread},
     el("td", {}, el("a", {href: `#/t/${encodeURIComponent(th.thread)}`}, th.thread)),
     el("td", {class: "num"}, th.messages), FIGURES.map((f) => el("td", {class: "num", "data-figure": f}, "")),
-    el("td", {}, zoneMode === "browser" ? when(th.last, null)
-      : `${when(th.last, offsetOf(th.last))} (${offsetName(offsetOf(th.last) ?? 0)})`),
+    el("td", {}, !th.last || offsetOf(th.last) === null || zoneMode === "browser" ? when(th.last, null)
+      : `${when(th.last, offsetOf(th.last))} (${offsetName(offsetOf(th.last))})`),
     el("td", {class: "num"}, th.retention_days ?? "")));
   viewOffset = null;
   show(el("h1", {}, t("threads")), zoneMode === "browser" ? zoneLine() : zoneSwitch(t("zone_each")), el("table", {id: "threads"},
@@ -320,6 +321,8 @@ function turnDetail(e, id, n) {
       el("td", {class: "num"}, r.score ?? t("time")), el("td", {class: "num"}, `${r.messages} ${t("messages")}`),
       el("td", {}, el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?focus=${r.block_messages[0]}-${r.block_messages[1]}`},
         t("show_in_timeline"))))))) : el("p", {class: "muted"}, t("none")),
+    (e.listed || []).length ? [el("h2", {}, t("listed")), el("ul", {class: "listed"}, e.listed.map((id_) => el("li", {},
+      el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?focus=${id_}-${id_}`}, `#${id_}`))))] : null,
     (e.notes || []).length ? el("p", {class: "muted"}, `${t("notes")}: ${e.notes.join("; ")}`) : null,
     el("h2", {}, t("sent")),
     e.prompt ? el("div", {class: "prompt sent"}, e.prompt.map((m) => el("pre", {"data-role": m.role},
