@@ -173,7 +173,7 @@ def main() -> None:
     tune = {t["id"] for t in _read_ids(args.data / "locomo.jsonl")[:5]} | \
         {t["id"] for t in _read_ids(args.data / "jmultiwoz_threads.jsonl")[:36]}
     shown = [f"--{k} {v}" for k, v in vars(args).items() if k in ("sets", "queries", "limit", "strategies", "budgets")
-             and v and str(v) != parser.get_default(k)] + [f"--set {kv}" for kv in args.set]
+             and v and v != parser.get_default(k)] + [f"--set {kv}" for kv in args.set]
     results = {"command": " ".join(["python benchmarks/horizon.py", *shown]), "sets": {}}
     sets = args.sets.split(",")
     with tempfile.TemporaryDirectory() as tmp:
