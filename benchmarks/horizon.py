@@ -159,6 +159,7 @@ def main() -> None:
     parser.add_argument("--name", default="horizon", help="the result files' name (default: horizon)")
     add_out(parser)
     args = parser.parse_args()
+    _check_sets(parser, args.set)
     locomo, japanese = _datasets(args.data, args.limit)
     if args.write_data:
         for name, data in (("locomo_merged", locomo), ("jmultiwoz_joined", japanese)):
@@ -195,6 +196,17 @@ def main() -> None:
                 engine.close()
     results["settings"] = args.set
     save(results, args.out, args.name, render)
+
+
+def _check_sets(parser: argparse.ArgumentParser, pairs: list[str]) -> None:
+    """`--set NAME=VALUE`: a setting semhist has (an unknown name would be ignored silently)."""
+    from semhist.kernel.settings import settings_fields
+
+    known = {f.name for f in settings_fields()}
+    for pair in pairs:
+        name, sep, _ = pair.partition("=")
+        if not sep or name not in known:
+            parser.error(f"--set {pair!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(known))}")
 
 
 def _singles(engine, args, strategies, budgets, tune) -> dict:

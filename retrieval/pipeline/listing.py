@@ -53,7 +53,7 @@ def about(index: ThreadIndex, terms: Sequence[str]) -> list[tuple[int, int]]:
 def reserve(index: ThreadIndex, found: Sequence[tuple[int, int]], shown: Collection[int], room: int) -> int:
     """Tokens the lines need for the stretches about X that a packing of all of `room` left out
     (at most `LINE_SHARE` of it): the verbatim stretches are packed again in what remains."""
-    left = [p for p in unshown(index, found, shown)]
+    left = unshown(index, found, shown)
     if not left:
         return 0
     need = count_text(LISTED_HEADER) + 1 + sum(count_text(line(index.thread, p)) + 1 for p in left[:MAX_LINES])

@@ -62,7 +62,7 @@ def searched_terms(index: ThreadIndex, terms: Sequence[str]) -> list[str]:
     # a name is asked for by one of its terms of two characters or more: the single characters
     # of a Chinese name (王, 小) are common words of their own
     asked = {t for t in terms if len(t) > 1}
-    named = [name for name in index.derived("author terms", AuthorTerms) if name & asked]
+    named = [name for name in index.derived("author terms", AuthorTerms).names if name & asked]
     return [t for t in terms if t not in named[0]] if len(named) == 1 else list(terms)
 
 
@@ -74,55 +74,50 @@ def name_terms(name: str) -> frozenset[str]:
 
 
 class AuthorTerms:
-    """Each author's name as its terms ("Mary Ann" is one author of two terms), kept as
-    messages arrive: a name is tokenized the first time it is seen, never again (a Teams
-    thread names its speaker on every message)."""
+    """Each author's name as its terms ("Mary Ann" is one author of two terms), and each row's
+    author by number, kept as messages arrive: a name is tokenized the first time it is seen,
+    never again (a Teams thread names its speaker on every message), and an append costs what
+    it appends (the row numbers grow by doubling)."""
 
     def __init__(self) -> None:
         self._names: dict[str, frozenset[str]] = {}
-        self._value: tuple[frozenset[str], ...] = ()
-
-    def extend(self, messages: Sequence[Message], start: int) -> None:
-        new = {m.name for m in messages[start:] if m.name and m.name not in self._names}
-        if new:
-            self._names.update((name, name_terms(name)) for name in new)
-            self._value = tuple({terms for terms in self._names.values() if terms})
-
-    def value(self, index: ThreadIndex) -> tuple[frozenset[str], ...]:
-        return self._value
-
-
-class Speakers:
-    """Each message's author as a number (0: none), kept as messages arrive; the numbers of the
-    authors as `AuthorTerms` holds them (a name's terms)."""
-
-    def __init__(self) -> None:
-        self.ids: dict[frozenset[str], int] = {}
-        self._of = np.zeros(64, dtype=np.int32)  # grown by doubling: an append costs what it appends
+        self.number: dict[frozenset[str], int] = {}  # an author's terms -> its number, from 1
+        self._rows = np.zeros(64, dtype=np.int32)  # each row's author number (0: none)
         self._n = 0
 
     def extend(self, messages: Sequence[Message], start: int) -> None:
-        new = [self.ids.setdefault(name_terms(m.name), len(self.ids) + 1) if m.name else 0 for m in messages[start:]]
-        if self._n + len(new) > len(self._of):
-            self._of = np.concatenate([self._of, np.zeros(max(len(self._of), len(new)), dtype=np.int32)])
-        self._of[self._n:self._n + len(new)] = new
+        new = []
+        for m in messages[start:]:
+            if m.role == "system":  # no row (ThreadIndex._add_rows)
+                continue
+            terms = self._names.get(m.name) if m.name else None
+            if m.name and terms is None:
+                terms = self._names[m.name] = name_terms(m.name)
+            new.append(self.number.setdefault(terms, len(self.number) + 1) if terms else 0)
+        if self._n + len(new) > len(self._rows):
+            self._rows = np.concatenate([self._rows, np.zeros(max(len(self._rows), len(new)), dtype=np.int32)])
+        self._rows[self._n:self._n + len(new)] = new
         self._n += len(new)
 
-    def value(self, index: ThreadIndex) -> Speakers:
+    def value(self, index: ThreadIndex) -> AuthorTerms:
         return self
 
-    def rows_by(self, index: ThreadIndex, names: Sequence[frozenset[str]]) -> np.ndarray:
-        """A row mask: the messages written by one of `names`."""
-        wanted = [self.ids[n] for n in names if n in self.ids]
-        if not wanted or not len(index.rows):
-            return np.zeros(len(index.rows), dtype=bool)
-        return np.isin(self._of[:self._n][np.asarray(index.rows)], wanted)
+    @property
+    def names(self) -> tuple[frozenset[str], ...]:
+        """Every author's name, as its terms."""
+        return tuple(self.number)
+
+    def rows_by(self, index: ThreadIndex, names: Sequence[frozenset[str]]) -> np.ndarray | None:
+        """A row mask: the messages written by one of `names` (None if the rows do not line up)."""
+        if self._n != len(index.rows):
+            return None
+        return np.isin(self._rows[:self._n], [self.number[n] for n in names])
 
 
 def named_authors(index: ThreadIndex, terms: Sequence[str]) -> list[frozenset[str]]:
     """The thread's authors the request names (by a term of two characters or more)."""
     asked = {t for t in terms if len(t) > 1}
-    return [name for name in index.derived("author terms", AuthorTerms) if name & asked]
+    return [name for name in index.derived("author terms", AuthorTerms).names if name & asked]
 
 
 # A block where a person the request names speaks ranks as if one list put it first: on a
@@ -136,7 +131,9 @@ def author_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     names = named_authors(index, terms)
     if not names or not len(index.blocks):
         return None
-    rows = index.derived("speakers", Speakers).rows_by(index, names)
+    rows = index.derived("author terms", AuthorTerms).rows_by(index, names)
+    if rows is None:
+        return None
     first, _ = index.block_rows
     spoken = np.maximum.reduceat(rows.astype(np.int8), first) > 0
     if spoken.all() or not spoken.any():
