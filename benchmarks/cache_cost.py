@@ -22,7 +22,14 @@ asked beside the loop (not stored); evidence recall = the share of its evidence 
 prompt holds (retrieved or among the recent turns).
 
 Sets: `locomo` (each conversation), `jmultiwoz` (the first threads of the joined dialogues),
-`joined` (all ten LoCoMo conversations one after another, ~190k tokens).
+`joined` (all ten LoCoMo conversations one after another, each shifted by days: its dated
+requests point at the wrong days; kept for the figures of earlier rounds). The long threads of
+benchmarks/horizon.py, by their messages' own dates: `merged` (LoCoMo, 5,882 messages, ~199k
+tokens) and `japanese` (the JMultiWOZ threads joined, 29,358 messages, ~986k tokens; a named
+thing's gold is every stretch about it). Their figures go to their own file:
+
+    python benchmarks/cache_cost.py --sets merged,japanese --strategies full,blocks \
+        --variants head:2000,cache:1000b,cache:2000b --name cache_cost_long
 
 `summary` and `structured` need an LLM: `--llm` reads the one the environment names
 (`semhist llm-server` prints what to export) and writes cache_cost_memory.md; on 2 cores the
@@ -72,7 +79,19 @@ def _threads(sets: list[str], conversations: int):
                          for m in t.messages]
             queries += [replace(q, relevant=tuple(offset + r for r in q.relevant)) for q in t.queries]
         out.append(("joined", Thread("locomo_joined", tuple(messages), tuple(queries))))
+    out += [(name, _long(name)) for name in ("merged", "japanese") if name in sets]
     return [(name, replace(t, messages=tuple(teams_shape(list(t.messages))))) for name, t in out]
+
+
+def _long(name: str):
+    """A long thread of benchmarks/horizon.py by its own dates, its annotations left out."""
+    import json
+
+    from horizon_data import jmultiwoz_joined, locomo_merged, stripped
+    from semhist import loads
+
+    data = locomo_merged(LOCOMO) if name == "merged" else jmultiwoz_joined(JMULTIWOZ)
+    return loads(json.dumps(stripped(data), ensure_ascii=False)).only()
 
 
 def _raw(m, position: int) -> dict:
@@ -205,6 +224,9 @@ def render(results: dict) -> str:
                          " / ".join(f"{r[f'anthropic_{x}']:,}" for x in ("5m", "30m", "1h")),
                          " / ".join(str(v) for v in r.get("vs_full", [])), r["recall"]]
                         for r in info["rows"]])
+        if info.get("unsendable"):
+            lines += ["", f"Not run: {', '.join(info['unsendable'])} (the whole thread is more than any prompt holds; "
+                      "semhist refuses it), so no `vs full` here."]
         lines.append("")
     return "\n".join(lines)
 
@@ -217,10 +239,12 @@ def main() -> None:
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--variants", default=",".join(VARIANTS), help="layout:budget, the budget in tokens (2000) "
                                                                  "or billed tokens (1000b)")
+    p.add_argument("--name", default="cache_cost", help="the result files' name (default: cache_cost)")
     p.add_argument("--llm", action="store_true", help="summarize with the LLM the environment names "
                                                       "(summary, structured); writes cache_cost_memory.md")
     add_out(p)
     args = p.parse_args()
+    from semhist.history.views import MAX_PAGED_TOKENS
     from semhist.kernel.tokens import count_message
 
     strategies, layouts = args.strategies.split(","), args.variants.split(",")
@@ -231,16 +255,19 @@ def main() -> None:
         by_set.setdefault(set_name, []).append(thread)
     with tempfile.TemporaryDirectory(prefix="semhist-cache-cost-") as tmp:
         for set_name, threads in by_set.items():
-            runs = [run_thread(t, args.turns, strategies, layouts, Path(tmp), args.llm) for t in threads]
+            tokens = sum(count_message(m.to_openai()) for t in threads for m in t.messages) // len(threads)
+            # no prompt holds a thread past the largest context windows: `full` is refused there
+            sendable = [n for n in strategies if n != "full" or tokens <= MAX_PAGED_TOKENS]
+            runs = [run_thread(t, args.turns, sendable, layouts, Path(tmp), args.llm) for t in threads]
             results["sets"][set_name] = {
-                "threads": len(threads), "messages": sum(len(t.messages) for t in threads),
-                "tokens": sum(count_message(m.to_openai()) for t in threads for m in t.messages) // len(threads),
-                "rows": summarize(set_name, runs, strategies, layouts)}
+                "threads": len(threads), "messages": sum(len(t.messages) for t in threads), "tokens": tokens,
+                "rows": summarize(set_name, runs, sendable, layouts),
+                "unsendable": [n for n in strategies if n not in sendable]}
     results["seconds"] = time.perf_counter() - started
     command = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
                        if k != "out" and v != p.get_default(k))
     results["args"] = {**{k: v for k, v in vars(args).items() if k != "out"}, "command": command}
-    save(results, args.out, "cache_cost_memory" if args.llm else "cache_cost", render)
+    save(results, args.out, "cache_cost_memory" if args.llm else args.name, render)
 
 
 if __name__ == "__main__":

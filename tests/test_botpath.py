@@ -143,6 +143,33 @@ def test_a_long_thread_view_takes_lexical_and_time_candidates(make_history):
     assert first.score is None and named.thread.messages[first.message_ids[0]].index == stored_day[0].id
 
 
+def test_a_views_stretches_are_dated_where_the_thread_has_a_gap(make_history):
+    """A view holds some blocks of a long thread: two of them next to each other there are not
+    neighbours in the thread unless they are consecutive blocks, so each retrieved stretch is
+    dated where the thread has talk between (a view once joined them under one date)."""
+    rows = []
+    t = datetime(2026, 3, 2, 9, tzinfo=timezone.utc)
+    for k in range(120):  # the offsite every tenth stretch, other talk between, an hour apart
+        topic = "the Zanzibar offsite budget" if k % 10 == 0 else f"the printer on floor {k}"
+        for j in range(3):
+            rows.append({"role": "user" if j % 2 == 0 else "assistant", "name": "Hanako" if j % 2 == 0 else None,
+                         "content": f"[{len(rows)}] About {topic}: point {j}.",
+                         "timestamp": (t + timedelta(hours=k, seconds=20 * j)).isoformat()})
+    h = make_history(view_limit=100)
+    h.add_many("long", [{k: v for k, v in r.items() if v is not None} for r in rows])
+    result = h.ask("long", "What did we say about the Zanzibar offsite budget?", budget=Budget.parse("1500"))
+    assert len(result.thread.messages) < len(rows)  # a view
+    context = next(m["content"] for m in result.prompt.messages if "<retrieved_history>" in str(m["content"]))
+    previous = None
+    for line in context.splitlines():
+        if line.startswith("[") and "]" in line and ":" not in line.split("]", 1)[1]:
+            previous = None  # a stretch's date header
+        elif line[:1] != "<" and "[" in line and line.split("[", 1)[1].split("]")[0].isdigit():
+            n = int(line.split("[", 1)[1].split("]")[0])
+            assert previous is None or n == previous + 1, context  # one stretch: neighbours in the thread
+            previous = n
+
+
 @pytest.mark.slow
 @pytest.mark.shared_data
 def test_index_rebuilds_never_stall_an_ask(make_history, cache_dir):

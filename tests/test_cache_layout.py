@@ -181,3 +181,26 @@ def test_an_unlogged_ask_in_the_cache_layout_says_it_carries_nothing_forward(mak
     logged = history.ask("t", "what about ramen?", budget=Budget.parse("1000b"))
     head = history.ask("t", "what about ramen?", budget=Budget.parse("1000"), log_turn=False)
     assert UNLOGGED not in logged.prompt.notes and UNLOGGED not in head.prompt.notes  # head: nothing to carry
+
+
+
+def test_a_thread_past_view_limit_keeps_its_prompt_start_as_a_whole_one_does(make_history):
+    """Past `view_limit` a request reads a view; in the cache layout the view holds what the last
+    prompt held (its turns from where they started, the retrieval it carried), and its turns
+    are the thread's unbroken end, never blocks chosen for the request: else every prompt
+    starts again and the provider's cache holds nothing of it."""
+    restarts, reuse = {}, {}
+    for view_limit in (100_000, 100):
+        history = make_history(layout="cache", system_prompt=SYSTEM, view_limit=view_limit)
+        history.add_many("t", teams_thread(400))
+        prompts = _loop(history, 14, Budget.parse("1000b"))
+        assert (len(prompts[0][0].thread.messages) < 300) == (view_limit == 100)  # the second reads views
+        restarts[view_limit] = sum(cache["restarted"] for _, cache in prompts[1:])
+        shares = [cached_tokens(a.prompt.messages, b.prompt.messages) / prompt_tokens(b.prompt.messages)
+                  for (a, _), (b, _) in zip(prompts, prompts[1:])]
+        reuse[view_limit] = sum(shares) / len(shares)
+        for result, _ in prompts:  # the turns sent are the thread's end, unbroken
+            turns = [m for m in result.prompt.messages if m["role"] != "system" and not _is_context(m)]
+            assert turns[-1]["content"] == result.request
+    assert restarts[100] <= restarts[100_000] + 1, restarts
+    assert reuse[100] >= 0.6 and reuse[100] >= reuse[100_000] - 0.1, reuse

@@ -67,3 +67,24 @@ def test_lines_are_a_choice_and_only_for_topic_requests(make_history):
     assert not fact.prompt.selection.listed  # a fact question wants the answer, not a list
     roomy = on.ask("t", REQUEST, budget=Budget.parse("20000"))
     assert not roomy.prompt.selection.listed  # everything fits: nothing to list
+
+
+def test_a_long_threads_view_names_what_the_whole_thread_names(make_history):
+    """Past `view_limit` a request reads a view of a few dozen blocks, most of them about X: X is
+    a named thing by the share of the thread's blocks that hold it, not of the view's, and the
+    view holds the stretches about it that are to be named."""
+    rows = _thread(24)  # 24 stretches about the offsite among 96 others: a fifth of the blocks
+
+    def named(**settings) -> tuple[set[int], set[int]]:
+        h = make_history(**settings)
+        h.add_many("t", rows)
+        result = h.ask("t", REQUEST, budget=Budget.parse("800"))
+        context = next(m["content"] for m in result.prompt.messages if "<retrieved_history>" in str(m["content"]))
+        verbatim, _, lines = context.partition(LISTED_HEADER)
+        return len(result.thread.messages), _offsite_weeks(verbatim), _offsite_weeks(lines)
+
+    whole, view = named(), named(view_limit=100)
+    assert whole[0] == len(rows) and view[0] < len(rows)  # the second read a view
+    assert whole[2] and view[2]  # both list stretches left out
+    # the view packs its stretches as it reads them, closer together: about as many are named
+    assert len(view[1] | view[2]) >= len(whole[1] | whole[2]) - 1 >= 8

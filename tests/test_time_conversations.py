@@ -107,3 +107,32 @@ def test_a_long_thread_view_holds_the_conversation_past_the_hour(long_history):
     target = {m.content for m in thread.messages if m.content.endswith(FILLER)}  # the 21:40 conversation
     taken = [{result.thread.messages[p].content for p in r.message_ids} for r in result.prompt.selection.retrieved]
     assert taken[0] | taken[1] == target  # from 21:40 past 22:00 (only 21:xx was read), first
+
+
+# -- a named day on the clocks of the people who talked then ---------------------------------
+def _two_zones() -> list[list[dict]]:
+    """An English team's evening talk stamped in UTC (19:30 on 23 August: 04:30 on the 24th in
+    Tokyo), days of it around, then months of the Japanese team's talk in +09:00, which ends
+    the thread (a request's days are read on the last message's clock)."""
+    english = [[{"role": "user" if i % 2 == 0 else "assistant", "name": "Alice" if i % 2 == 0 else "Bob",
+                 "content": f"{subject} plans, part {i + 1}.",
+                 "timestamp": (datetime.fromisoformat(f"2025-08-{day:02d}T19:30:00+00:00")
+                               + timedelta(seconds=30 * i)).isoformat()} for i in range(6)]
+               for day, subject in ((22, "Budget"), (23, "Garden"), (24, "Travel"))]
+    return english + _others(12, "2025-10")
+
+
+@pytest.mark.parametrize("view_limit", [10_000, 30], ids=["whole", "view"])
+def test_a_named_day_is_the_day_on_the_clocks_of_its_talk(cache_dir, tmp_path, view_limit):
+    from semhist import Engine
+
+    thread = _thread(*_two_zones())
+    garden = {p for p, m in enumerate(thread.messages) if m.content.startswith("Garden")}
+    engine = Engine(Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path, view_limit=view_limit), llm=None)
+    try:
+        result = engine.ask(thread, "What did we talk about on 23 August 2025?", budget=Budget.parse("400"))
+        first = result.prompt.selection.retrieved[0]
+        assert {result.thread.messages[p].index for p in first.message_ids} == garden
+        assert result.keywords.time_range.start.isoformat() == "2025-08-23T00:00:00+00:00"
+    finally:
+        engine.close()

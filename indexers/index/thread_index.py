@@ -59,6 +59,10 @@ class ThreadIndex:
         self.last_block_no = -1
         self.units: list[tuple[int, ...]] = []
         self.history_tokens = 0  # prompt cost of every non-system message of the thread
+        # a view holds every message of the thread from this position on (its turns); before
+        # it, blocks chosen for a request, with the thread's other messages between them
+        self.tail_from = 0
+        self.gaps: frozenset[int] = frozenset()  # Thread.gaps (a view's)
         self.last_time = None  # time of the newest timed message (relative dates count from it)
         self.appendable = True
         self._history: tuple[float, ...] = ()
@@ -201,7 +205,7 @@ class ThreadIndex:
 
     @cached_property
     def thread(self) -> Thread:
-        return Thread.indexed(self.thread_id, tuple(self.messages), tuple(self._system))
+        return Thread.indexed(self.thread_id, tuple(self.messages), tuple(self._system), self.gaps)
 
     def derived(self, key: Hashable, make: Callable[[], Derivation]) -> Any:
         """The value of the derivation `make()` registered under `key`, brought up to date with

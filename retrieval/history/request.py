@@ -26,6 +26,7 @@ from ..pipeline.elsewhere import Excerpt
 from ..pipeline.select import Carried
 from .parts import Parts
 from .states import Entry
+from .timeview import on_their_clocks
 from .turns import kept_prompt, prefix_marks, previous_marks, turn_record
 from .views import NoVectors, Reach, candidate_view, end_view, reach_for
 
@@ -73,6 +74,8 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     entry, marker = current()
     if keywords is None and any(get_strategy(n).uses_search for n in names):
         keywords = asker.keywords(request, _anchor(parts, entry, marker))
+    if keywords is not None and keywords.time_range is not None:
+        keywords = replace(keywords, time_range=on_their_clocks(parts.store, thread_id, keywords.time_range))
     vector = asker.query_vector(keywords) if keywords is not None else None
     # other threads are searched before this one's lock is taken, each under its own
     found = elsewhere(vector, keywords) if elsewhere is not None and vector is not None else ()
@@ -88,8 +91,9 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     for name in names:
         began = time.perf_counter()
         reach = None if get_strategy(name).uses_search else reach_for(asker, name, budget, request, marker)
+        carried = Carried.from_turns(logged, name) if cache else None
         with entry.lock:
-            index = _searched(parts, entry, marker, vector, keywords, reach)
+            index = _searched(parts, entry, marker, vector, keywords, reach, carried)
             viewed = time.perf_counter()
             applied, raised = _floored(asker, index, request, budget, as_stored)
             needs = memory_needs(name, settings)
@@ -98,10 +102,11 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
         memory = memory_.run(plan) if plan else None  # LLM calls: the thread stays open to writes
         with entry.lock:
             if memory is not None and index.whole:
-                index = _searched(parts, entry, parts.store.marker(thread_id) or marker, vector, keywords, reach)
+                index = _searched(parts, entry, parts.store.marker(thread_id) or marker, vector, keywords, reach,
+                                  carried)
             result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
                                vector=vector, memory=memory, as_stored=as_stored,
-                               carried=Carried.from_turns(logged, name) if cache else None, elsewhere=found)
+                               carried=carried, elsewhere=found)
         marks = prefix_marks(result.prompt.messages) if logged or log_turn else []
         before = previous_marks(logged, name)
         if before is not None:
@@ -121,9 +126,11 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     return out
 
 
-def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None) -> ThreadIndex:
+def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None,
+              carried: Carried | None = None) -> ThreadIndex:
     """What this request reads: the whole thread, or of a long thread a candidate view
-    (searching strategies) or its end as far back as `reach` (the others)."""
+    (searching strategies; holding what the cache layout's last prompt held, `carried`) or its
+    end as far back as `reach` (the others)."""
     parts.states.current(entry, marker)
     if entry.index is not None:
         return entry.index
@@ -132,7 +139,8 @@ def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reac
     # a thread being read whole in the background: its first asks search the store's candidates
     vectors = entry.vectors if entry.vectors is not None else NoVectors(entry.thread_id)
     return candidate_view(parts.store, vectors, entry.closed, marker, vector, keywords, parts.embedder.dim,
-                          parts.segmenter, recent=parts.settings.recent + 1)
+                          parts.segmenter, recent=parts.settings.recent + 1, listing=parts.settings.list_stretches,
+                          carried=carried)
 
 
 def _anchor(parts: Parts, entry: Entry, marker: Marker):

@@ -15,7 +15,17 @@ from datetime import timedelta
 
 from semhist.indexers.store import StoreReader, StoredBlock, StoredMessage
 
-from ..pipeline.timerange import TimeRange
+from ..pipeline.timerange import CLOCKS_APART, TimeRange
+
+def on_their_clocks(store: StoreReader, thread_id: str, span: TimeRange) -> TimeRange:
+    """A named time on the clocks of the people who talked then: "what did we say on 23 August"
+    means the day the messages of that time were written on, in their own zone, which is not
+    always the asker's (the request's days are read in the zone of the thread's last message).
+    Their zone is that of the first message within a day of the time (one indexed read)."""
+    first = store.in_time(thread_id, (span.start - CLOCKS_APART).timestamp(), (span.end + CLOCKS_APART).timestamp(), 1)
+    stamp = first[0].timestamp if first else None
+    return span.in_zone(stamp.tzinfo) if stamp is not None and stamp.utcoffset() != span.start.utcoffset() else span
+
 
 CARRIED_BLOCKS = 32  # blocks read after the time's own to find where its conversations end
 AROUND_BLOCKS = 8  # blocks of the conversation just before it and of the one just after

@@ -2,7 +2,8 @@
 
 A searching strategy reads a candidate view: the blocks of the nearest messages in the
 thread's FAISS index (HNSW when large), the blocks whose rarest matching terms score best in
-the store's full-text index (the same janome/Snowball terms the ranker uses), the messages of
+the store's full-text index (the same janome/Snowball terms the ranker uses; more of them for a
+topic request, whose stretches left out are named by a line each), the messages of
 a time the request names, the recent turns, the open block and every operator instruction.
 Retrieval then runs on that view exactly as on a whole thread, so a request costs the same at
 1M messages as at 10k.
@@ -32,7 +33,9 @@ from semhist.kernel.tokens import count_message
 
 from ..pipeline.asker import BUDGETED, Asker
 from ..pipeline.assemble import fixed_cost
-from ..pipeline.keyword import KeywordResult
+from ..pipeline.keyword import TOPIC, KeywordResult
+from ..pipeline.listing import MAX_LINES
+from ..pipeline.select import Carried
 from ..pipeline.select import PROTECTED_UNITS
 from ..pipeline.toolresults import placeholder
 from .timeview import conversation_blocks
@@ -40,8 +43,12 @@ from .timeview import conversation_blocks
 CANDIDATE_HITS = 32  # nearest messages whose blocks enter the view
 DENSE_BLOCKS = 16  # at most this many of their blocks (a budget holds far fewer)
 LEXICAL_BLOCKS = 16  # blocks taken for their terms
+# ...for a topic request, which names every stretch about its thing when they do not all fit
+# (pipeline/listing.py: at most MAX_LINES lines): the stretches must be in the view to be named
+TOPIC_LEXICAL_BLOCKS = LEXICAL_BLOCKS + MAX_LINES
 RECENT_VIEW = 40  # latest messages always in the view
 TIME_MESSAGES = 400  # messages of a named time, the earliest first
+REGION_MESSAGES = 2_000  # the cache layout's turns read, at most (they cost a few thousand tokens)
 CACHED_MESSAGES = 8_000  # messages of closed blocks kept between requests, per thread
 
 
@@ -93,13 +100,22 @@ class NoVectors:
 
 def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache: ClosedMessages, marker: Marker,
                    query: np.ndarray | None, keywords: KeywordResult | None, dim: int,
-                   segmenter: Segmenter, recent: int = RECENT_VIEW) -> ThreadIndex:
-    """`recent`: the newest messages wanted whole (at least `RECENT_VIEW`)."""
+                   segmenter: Segmenter, recent: int = RECENT_VIEW, listing: bool = False,
+                   carried: Carried | None = None) -> ThreadIndex:
+    """`recent`: the newest messages wanted whole (at least `RECENT_VIEW`); `listing`: a topic
+    request's stretches left out are named (`list_stretches`); `carried`: what the cache
+    layout's last prompt held, which the view holds too."""
     thread_id = vectors.thread_id
     chosen = _dense_blocks(store, vectors, query) if query is not None else []
     if keywords is not None:
-        chosen += [no for no, _ in store.search_blocks(thread_id, keywords.terms, LEXICAL_BLOCKS) if no not in chosen]
-    fresh = store.tail(thread_id, with_vectors=False) + store.system_messages(thread_id)
+        k = TOPIC_LEXICAL_BLOCKS if keywords.intent == TOPIC and listing else LEXICAL_BLOCKS
+        chosen += [no for no, _ in store.search_blocks(thread_id, keywords.terms, k) if no not in chosen]
+    region = _region(store, thread_id, carried)
+    if carried is not None and carried.contexts:  # the blocks of the retrieval it carries, whole
+        owners = store.block_of(thread_id, sorted({i for _, group, _ in carried.contexts for i in group}))
+        chosen += sorted({b for b in owners.values() if b is not None and b >= 0 and b not in chosen})
+    tail = store.tail(thread_id, with_vectors=False)  # the open block
+    fresh = tail + store.system_messages(thread_id) + region
     if keywords is not None and keywords.time_range is not None:
         span = keywords.time_range
         timed = store.in_time(thread_id, span.start.timestamp(), span.end.timestamp(), TIME_MESSAGES)
@@ -108,13 +124,48 @@ def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache
         chosen += [no for no in conversation_blocks(store, thread_id, span, timed, gap) if no not in chosen]
     blocks = store.blocks(thread_id, sorted(chosen))
     known = {m.id for m in fresh}
-    wanted = ({i for b in blocks for i in b.message_ids} | set(store.last_ids(thread_id, max(RECENT_VIEW, recent)))) - known
+    last = store.last_ids(thread_id, max(RECENT_VIEW, recent))
+    wanted = ({i for b in blocks for i in b.message_ids} | set(last)) - known
     stored = sorted({m.id: m for m in fresh + cache.get(store, thread_id, wanted, marker)}.values(),
                     key=lambda m: m.key)
     index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
                               vectors=_vectors(store, vectors, stored))
     index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
+    turns = {m.id for m in region + tail} | set(last)  # runs to the thread's end: one unbroken run
+    index.tail_from = next((p for p, m in enumerate(index.thread.messages) if m.index in turns),
+                           len(index.thread.messages))
+    index.gaps = _gaps(index.thread.messages, {m.id: m for m in stored}, turns, {b.block_no for b in blocks})
+    index._changed()  # the thread it shows carries them
     return index
+
+
+def _gaps(messages, stored: dict[int, StoredMessage], turns: set[int], whole: set[int]) -> frozenset[int]:
+    """The view's positions whose message does not follow the one before it in the thread:
+    neighbours are neighbours there when both are of its unbroken end (`turns`), or of one
+    block the view holds whole, or of two consecutive ones."""
+    out = set()
+    for p in range(1, len(messages)):
+        a, b = stored.get(messages[p - 1].index), stored.get(messages[p].index)
+        if a is None or b is None or (a.id in turns and b.id in turns):
+            continue
+        blocks = (a.block_no, b.block_no)
+        if not (blocks[0] in whole and blocks[1] in whole and blocks[1] - blocks[0] in (0, 1)):
+            out.add(p)
+    return frozenset(out)
+
+
+def _region(store: StoreReader, thread_id: str, carried: Carried | None) -> list[StoredMessage]:
+    """The cache layout's turns: from where the last prompt's started to the thread's end. The
+    view holds them (and what they carried), or its prompt would start again every turn and the
+    provider's cache would hold nothing of it. More than `REGION_MESSAGES`: none (it starts again)."""
+    if carried is None or carried.start is None:
+        return []
+    first = store.messages(thread_id, ids=[carried.start])
+    last = store.messages(thread_id, last=1)
+    if not first or not last:
+        return []
+    region = store.between(thread_id, (first[0].sort_ts, first[0].id - 1), last[0].key, limit=REGION_MESSAGES)
+    return region if len(region) < REGION_MESSAGES else []
 
 
 def _dense_blocks(store: StoreReader, vectors: ThreadVectors, query: np.ndarray) -> list[int]:

@@ -119,18 +119,22 @@ class Thread:
     messages: tuple[Message, ...]
     queries: tuple[Query, ...] = ()
     language: str | None = None
+    # positions whose message does not follow the one before it directly (a long thread's
+    # view holds some of its messages: retrieved neighbours there are not always neighbours)
+    gaps: frozenset[int] = frozenset()
 
     @classmethod
-    def indexed(cls, thread_id: str, messages: tuple[Message, ...], system_positions: tuple[int, ...]) -> Thread:
+    def indexed(cls, thread_id: str, messages: tuple[Message, ...], system_positions: tuple[int, ...],
+                gaps: frozenset[int] = frozenset()) -> Thread:
         """A thread whose system positions are already known (an index keeps them as messages
         arrive): finding them again would walk every message on every change."""
-        thread = cls(thread_id, messages)
+        thread = cls(thread_id, messages, gaps=gaps)
         thread.__dict__["system_positions"] = system_positions  # the cached_property's own slot
         return thread
 
     def with_messages(self, messages: tuple[Message, ...]) -> Thread:
         """The same thread with some messages shown otherwise (same roles at the same places)."""
-        thread = Thread(self.id, messages, self.queries, self.language)
+        thread = Thread(self.id, messages, self.queries, self.language, self.gaps)
         thread.__dict__["system_positions"] = self.system_positions
         return thread
 

@@ -155,7 +155,7 @@ class Asker:
         # old tool results cleared: kept by appends, not derived per request (walking the
         # thread took 10 ms for 5,000 messages with 1,250 results)
         shown = index.derived(("tool results", s.keep_tool_results, s.tool_clear_step, s.protected_tools),
-                              lambda: ClearedResults(s))
+                              lambda: ClearedResults(s, index.tail_from))
         # the cache layout's steps keep an earlier prompt's start; with none (the first ask, a
         # file) the prompt is chosen as in the head layout, the retrieval put last
         layout = s.layout_for(budget)

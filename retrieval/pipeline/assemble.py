@@ -61,7 +61,7 @@ def render_context(thread: Thread, retrieved: tuple[Retrieved, ...], listed: tup
     parts = [CONTEXT_HEADER, "<retrieved_history>"]
     previous = None
     whole = {p for r in retrieved for p in r.whole}
-    for run in _runs(sorted(p for r in retrieved for p in r.message_ids)):
+    for run in _runs(sorted(p for r in retrieved for p in r.message_ids), thread.gaps):
         start = thread.messages[run[0]].timestamp
         parts.append(_header(start, previous))
         previous = start or previous
@@ -77,11 +77,12 @@ def context_cost(thread: Thread, earlier: Earlier) -> int:
     return count_message({"role": "system", "content": render_context(thread, (earlier.retrieved,))})
 
 
-def _runs(positions: list[int]) -> list[list[int]]:
-    """Consecutive positions joined, so neighbouring blocks read as one stretch."""
+def _runs(positions: list[int], gaps: frozenset[int] = frozenset()) -> list[list[int]]:
+    """Consecutive positions joined, so neighbouring blocks read as one stretch (not across a
+    gap of a long thread's view: what lies between is not in it)."""
     runs: list[list[int]] = []
     for p in positions:
-        if runs and p == runs[-1][-1] + 1:
+        if runs and p == runs[-1][-1] + 1 and p not in gaps:
             runs[-1].append(p)
         else:
             runs.append([p])

@@ -66,9 +66,11 @@ def region_of(inp: StrategyInput, cap: float) -> tuple[tuple[tuple[int, ...], ..
     messages (or as many more as a provider needs before it caches anything). A thread that
     fits `cap` whole is sent whole: nothing is left to retrieve. Between restarts a prompt
     only grows at its end, and the provider's cache holds all but the end."""
-    s, thread, units = inp.settings, inp.thread, inp.units
+    s, thread = inp.settings, inp.thread
+    # a long thread's view: its turns are its unbroken end, not the blocks chosen before it
+    units = [u for u in inp.units if u[0] >= inp.index.tail_from]
     keep = protected_count(thread.messages, units, inp.request)
-    if units and _costs_at_most(thread, units, (), cap):  # the whole thread fits: it only grows
+    if inp.index.whole and units and _costs_at_most(thread, units, (), cap):  # the whole thread fits: it only grows
         return tuple(units), (), inp.start != units[0][0]
     restart = _restart(thread, units, s.recent, min(price_model(s.price_model).minimum, cap / 2))
     start, restarted = restart, True

@@ -9,7 +9,10 @@ time is answered by that time's conversations, and lists nothing.
 
 Which stretches are about X: the blocks that hold every term of the request (one may be
 missing when it has four or more), by the store's lexical index — the words, not the meaning,
-so a line is never a guess. At most `MAX_LINES`, within a share of the budget (`LINE_SHARE`):
+so a line is never a guess; words that a fifth of the thread's blocks hold name no thing (of a
+long thread's view, the share is estimated for the whole thread: the view was chosen for the
+request's words, and a long thread's view takes more blocks for a topic request's words so
+that its stretches can be named). At most `MAX_LINES`, within a share of the budget (`LINE_SHARE`):
 when a packing of the whole budget leaves stretches about X out, the verbatim stretches are
 packed again in what the lines leave (a line costs a tenth of a stretch).
 """
@@ -42,12 +45,21 @@ def about(index: ThreadIndex, terms: Sequence[str]) -> list[tuple[int, int]]:
         held += index.block_lexical.scores([term]) > 0
     need = len(wanted) - 1 if len(wanted) >= 4 else len(wanted)
     blocks = np.flatnonzero(held >= need)
-    if not len(blocks) or len(blocks) > GENERIC * len(index.blocks):
+    if not len(blocks) or len(blocks) > GENERIC * thread_blocks(index):
         return []  # words that much of the thread holds name no thing
     blocks = blocks[:MAX_LINES * 4]
     rows = index.lexical.scores(wanted)
     first, end = index.block_rows
     return [(int(b), int(first[b]) + int(np.argmax(rows[first[b]:end[b]]))) for b in blocks]
+
+
+def thread_blocks(index: ThreadIndex) -> int:
+    """The thread's blocks; of a long thread's view (a few dozen blocks the request's terms and
+    meaning chose), as many as its messages' share of the thread says."""
+    n = len(index.blocks)
+    if index.whole or index.marker is None or not len(index.rows):
+        return n
+    return max(n, round(n * index.marker.messages / len(index.rows)))
 
 
 def reserve(index: ThreadIndex, found: Sequence[tuple[int, int]], shown: Collection[int], room: int) -> int:

@@ -72,8 +72,19 @@ class TimeRange:
     def contains(self, moment: datetime | None) -> bool:
         return moment is not None and self.start <= moment < self.end
 
+    def in_zone(self, zone: tzinfo | None) -> TimeRange:
+        """The same days and hours on the clocks of another zone."""
+        if zone is None or zone == self.start.tzinfo:
+            return self
+        return TimeRange(self.start.replace(tzinfo=zone), self.end.replace(tzinfo=zone), self.text)
+
     def to_dict(self) -> dict[str, str]:
         return {"start": self.start.isoformat(), "end": self.end.isoformat(), "text": self.text}
+
+
+# Two clocks differ by at most 26 hours (UTC-12 to UTC+14): the talk of a named day, on its
+# speakers' own clocks, lies within this much of the day on the asker's.
+CLOCKS_APART = timedelta(hours=26)
 
 
 def _day_range(day: date, zone: tzinfo | None) -> tuple[datetime, datetime]:

@@ -45,8 +45,13 @@ class ClearedResults:
     cleared results are always a prefix of the clearable ones: a pointer into them is enough.
     """
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, tail_from: int = 0):
         self.keep, self.step = settings.keep_tool_results, settings.tool_clear_step
+        # a long thread's view: results before its unbroken end (blocks chosen for the request)
+        # are older than every result of that end, so cleared; the steps count the end's alone,
+        # which keeps them where the whole thread's would be from turn to turn
+        self.tail_from = tail_from
+        self.changed = False  # a result shows as its placeholder
         self.protected = {n.strip() for n in settings.protected_tools.split(",") if n.strip()}
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (function name, arguments)
         self.results: list[int] = []  # positions of the results that may be cleared, in order
@@ -64,24 +69,29 @@ class ClearedResults:
             if m.role == "user":
                 self.turn = p
             elif m.role == "tool" and self.keep >= 0 and self._name(m)[0] not in self.protected:
-                self.results.append(p)
+                if p < self.tail_from:
+                    self._clear(messages, p)
+                else:
+                    self.results.append(p)
         old = len(self.results) - self.keep
         due = old // self.step * self.step if self.keep >= 0 and old > 0 else 0
         # the current turn's results (after the last user message) are never cleared: an
         # agent in a tool loop needs all it has read for the answer it is writing
         while self.cleared < due and self.results[self.cleared] < self.turn:
-            p = self.results[self.cleared]
-            name, arguments = self._name(messages[p])
-            # characters, not tokens: counting a large result's tokens costs more than it says
-            self.shown[p] = replace(messages[p], cleared=placeholder(name, arguments, len(messages[p].content)))
+            self._clear(messages, self.results[self.cleared])
             self.cleared += 1
-            self._thread = None
+
+    def _clear(self, messages: Sequence[Message], p: int) -> None:
+        name, arguments = self._name(messages[p])
+        # characters, not tokens: counting a large result's tokens costs more than it says
+        self.shown[p] = replace(messages[p], cleared=placeholder(name, arguments, len(messages[p].content)))
+        self._thread, self.changed = None, True
 
     def _name(self, result: Message) -> tuple[str, str]:
         return self.calls.get(str(result.tool_call_id), ("a tool", ""))
 
     def shown_thread(self, thread: Thread) -> Thread:
-        if not self.cleared:
+        if not self.changed:
             return thread
         if self._thread is None or len(self._thread.messages) != len(self.shown):
             self._thread = thread.with_messages(tuple(self.shown))
