@@ -49,20 +49,20 @@ def test_price_models_bill_cached_tokens_as_providers_do():
     assert cached_tokens(a, a) == prompt_tokens(a) and cached_tokens(None, a) == 0
 
 
-def _loop(history, turns: int, budget: Budget) -> list:
+def _loop(history, turns: int, budget: Budget, every: timedelta = timedelta(minutes=2), thread: str = "t") -> list:
     t = datetime(2027, 1, 1, 9, tzinfo=timezone.utc)
     prompts = []
     for k in range(turns):
-        t += timedelta(minutes=2)
+        t += every
         topic = TOPICS[k % len(TOPICS)]
         request = f"What did we decide about {topic}? (turn {k})"
-        history.add_many("t", [{"role": "user", "name": "Hanako Sato", "content": request, "id": f"u{k}",
-                                "timestamp": t.isoformat()}])
-        result = history.ask("t", request, strategy="blocks", budget=budget)
-        prompts.append((result, history.log("t", 1)[-1]["cache"]))
-        history.add_many("t", [{"role": "assistant", "name": "semhist", "id": f"a{k}", "content":
-                                f"On {topic}: it stays as agreed, see the notes (turn {k}).",
-                                "timestamp": (t + timedelta(seconds=20)).isoformat()}])
+        history.add_many(thread, [{"role": "user", "name": "Hanako Sato", "content": request, "id": f"u{k}",
+                                  "timestamp": t.isoformat()}])
+        result = history.ask(thread, request, strategy="blocks", budget=budget)
+        prompts.append((result, history.log(thread, 1)[-1]["cache"]))
+        history.add_many(thread, [{"role": "assistant", "name": "semhist", "id": f"a{k}", "content":
+                                  f"On {topic}: it stays as agreed, see the notes (turn {k}).",
+                                  "timestamp": (t + timedelta(seconds=20)).isoformat()}])
     return prompts
 
 
@@ -192,8 +192,9 @@ def test_a_thread_past_view_limit_keeps_its_prompt_start_as_a_whole_one_does(mak
     restarts, reuse = {}, {}
     for view_limit in (100_000, 100):
         history = make_history(layout="cache", system_prompt=SYSTEM, view_limit=view_limit)
-        history.add_many("t", teams_thread(400))
-        prompts = _loop(history, 14, Budget.parse("1000b"))
+        history.add_many(f"t{view_limit}", teams_thread(400))
+        # an hour apart: each turn closes a block, and the turns outgrow the view's newest messages
+        prompts = _loop(history, 24, Budget.parse("2000b"), every=timedelta(hours=1), thread=f"t{view_limit}")
         assert (len(prompts[0][0].thread.messages) < 300) == (view_limit == 100)  # the second reads views
         restarts[view_limit] = sum(cache["restarted"] for _, cache in prompts[1:])
         shares = [cached_tokens(a.prompt.messages, b.prompt.messages) / prompt_tokens(b.prompt.messages)
@@ -203,4 +204,4 @@ def test_a_thread_past_view_limit_keeps_its_prompt_start_as_a_whole_one_does(mak
             turns = [m for m in result.prompt.messages if m["role"] != "system" and not _is_context(m)]
             assert turns[-1]["content"] == result.request
     assert restarts[100] <= restarts[100_000] + 1, restarts
-    assert reuse[100] >= 0.6 and reuse[100] >= reuse[100_000] - 0.1, reuse
+    assert reuse[100] >= 0.6 and reuse[100] >= reuse[100_000] - 0.05, reuse

@@ -69,22 +69,45 @@ def test_lines_are_a_choice_and_only_for_topic_requests(make_history):
     assert not roomy.prompt.selection.listed  # everything fits: nothing to list
 
 
+def _weeks(stretches: int, others: int, every_week: str = "") -> list[dict]:
+    """`stretches` weeks, the offsite once a week and `others` other topics the next day, each
+    other topic mentioning `every_week`."""
+    t, rows = datetime(2026, 1, 5, 9, tzinfo=timezone.utc), []
+    for week in range(stretches):
+        day = t + timedelta(days=7 * week)
+        rows += [{"role": "user", "name": "Hanako Sato", "timestamp": day.isoformat(), "id": f"z{week}",
+                  "content": f"Zanzibar offsite #{week}: the venue needs a deposit of {100 + week} euros, "
+                             "and someone has to check the ferry times, the rooms, the meals, the guides "
+                             "and the weather for the week before anyone books a flight."}]
+        for k in range(others):
+            at = day + timedelta(days=1, hours=k)
+            rows += [{"role": "user", "name": "Taro Yamada", "timestamp": at.isoformat(), "id": f"o{week}.{k}",
+                      "content": f"Update on topic {k}{every_week}: nothing new this week, we wait."}]
+    return rows
+
+
+def _named(make_history, rows: list[dict], budget: str, **settings) -> tuple[int, set[int], set[int]]:
+    h = make_history(**settings)
+    h.add_many("t", rows)
+    result = h.ask("t", REQUEST, budget=Budget.parse(budget))
+    context = next((m["content"] for m in result.prompt.messages if "<retrieved_history>" in str(m["content"])), "")
+    verbatim, _, lines = context.partition(LISTED_HEADER)
+    return len(result.thread.messages), _offsite_weeks(verbatim), _offsite_weeks(lines)
+
+
 def test_a_long_threads_view_names_what_the_whole_thread_names(make_history):
     """Past `view_limit` a request reads a view of a few dozen blocks, most of them about X: X is
     a named thing by the share of the thread's blocks that hold it, not of the view's, and the
-    view holds the stretches about it that are to be named."""
-    rows = _thread(24)  # 24 stretches about the offsite among 96 others: a fifth of the blocks
-
-    def named(**settings) -> tuple[set[int], set[int]]:
-        h = make_history(**settings)
-        h.add_many("t", rows)
-        result = h.ask("t", REQUEST, budget=Budget.parse("800"))
-        context = next(m["content"] for m in result.prompt.messages if "<retrieved_history>" in str(m["content"]))
-        verbatim, _, lines = context.partition(LISTED_HEADER)
-        return len(result.thread.messages), _offsite_weeks(verbatim), _offsite_weeks(lines)
-
-    whole, view = named(), named(view_limit=100)
+    view takes enough blocks for X's words to name more stretches than a fact question reads."""
+    rows = _weeks(40, 6)  # 40 stretches about the offsite among 240 others
+    whole, view = _named(make_history, rows, "2500"), _named(make_history, rows, "2500", view_limit=100)
     assert whole[0] == len(rows) and view[0] < len(rows)  # the second read a view
     assert whole[2] and view[2]  # both list stretches left out
-    # the view packs its stretches as it reads them, closer together: about as many are named
-    assert len(view[1] | view[2]) >= len(whole[1] | whole[2]) - 1 >= 8
+    assert len(view[1] | view[2]) >= len(whole[1] | whole[2]) - 1 >= 33  # more than 16 + 16 blocks
+
+
+def test_words_that_much_of_a_long_thread_holds_name_no_thing_in_its_view_either(make_history):
+    rows = _weeks(30, 3, every_week=" (see the Zanzibar offsite notes)")  # every stretch says it
+    whole, view = _named(make_history, rows, "800"), _named(make_history, rows, "800", view_limit=60)
+    assert view[0] < len(rows)
+    assert not whole[2] and not view[2]

@@ -136,3 +136,23 @@ def test_a_named_day_is_the_day_on_the_clocks_of_its_talk(cache_dir, tmp_path, v
         assert result.keywords.time_range.start.isoformat() == "2025-08-23T00:00:00+00:00"
     finally:
         engine.close()
+
+
+def test_a_day_counted_back_stays_on_the_askers_clock(cache_dir, tmp_path):
+    """"Today" and "yesterday" count back from the last message on its clock; a named date
+    whose talk is on the asker's clock stays there, whatever another zone wrote the day before."""
+    from semhist import Engine
+
+    thread = _thread([{"role": "user", "name": "Alice", "content": "Garden plans from London.",
+                       "timestamp": "2025-10-09T14:00:00+00:00"}],
+                     [{"role": "user", "name": "Taro", "content": "Budget plans from Tokyo.",
+                       "timestamp": "2025-10-10T08:00:00+09:00"}])
+    engine = Engine(Settings.load(env={}, cache_dir=cache_dir, data_dir=tmp_path), llm=None)
+    try:
+        for request in ("What did we talk about today?", "What did we talk about on 10 October 2025?"):
+            span = engine.ask(thread, request, budget=Budget.parse("400")).keywords.time_range
+            assert span.start.isoformat() == "2025-10-10T00:00:00+09:00", (request, span)
+        span = engine.ask(thread, "What did we talk about yesterday?", budget=Budget.parse("400")).keywords.time_range
+        assert span.start.isoformat() == "2025-10-09T00:00:00+09:00"
+    finally:
+        engine.close()

@@ -105,3 +105,24 @@ def test_the_current_turns_results_are_never_cleared(cache_dir):
     shown = tool_contents(engine.ask(current, "Compare every server.", strategy="full"))
     assert all(s.startswith("report ") for s in shown[-8:])
     assert all(s.startswith("[result of ") for s in shown[:4])  # the earlier turns' results
+
+
+def test_a_long_threads_view_never_clears_the_current_turns_results(make_history):
+    """An agent's tool loop longer than the view's newest messages: its results before the
+    view's unbroken end are still the current turn's, and stay whole (a view once cleared them)."""
+    rows = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"Earlier talk about the printer, part {k}.",
+             "timestamp": f"2026-03-01T09:{k // 60:02d}:{k % 60:02d}+00:00"} for k in range(160)]
+    rows.append({"role": "user", "content": "Look up every ticket of the Zanzibar offsite.",
+                 "timestamp": "2026-03-02T09:00:00+00:00"})
+    for k in range(30):
+        rows.append({"role": "assistant", "content": "", "timestamp": f"2026-03-02T09:01:{k:02d}+00:00",
+                     "tool_calls": [{"id": f"c{k}", "type": "function",
+                                     "function": {"name": "lookup", "arguments": json.dumps({"n": k})}}]})
+        rows.append({"role": "tool", "tool_call_id": f"c{k}", "timestamp": f"2026-03-02T09:01:{k:02d}+00:00",
+                     "content": f"Zanzibar offsite ticket {k}: deposit paid, ferry booked. " * 3})
+    for view_limit in (10_000, 100):
+        h = make_history(view_limit=view_limit)
+        h.add_many(f"t{view_limit}", rows)
+        result = h.ask(f"t{view_limit}", "Look up every ticket of the Zanzibar offsite.", budget=None)
+        shown = [m for m in result.prompt.messages if m["role"] == "tool"]
+        assert shown and not any("cleared:" in str(m["content"]) for m in shown), view_limit

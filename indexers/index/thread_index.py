@@ -63,6 +63,9 @@ class ThreadIndex:
         # it, blocks chosen for a request, with the thread's other messages between them
         self.tail_from = 0
         self.gaps: frozenset[int] = frozenset()  # Thread.gaps (a view's)
+        # a view's: how many of the whole thread's closed blocks hold each of the request's
+        # terms, and how many it has (the view holds a few of them)
+        self.block_frequencies: tuple[dict[str, int], int] | None = None
         self.last_time = None  # time of the newest timed message (relative dates count from it)
         self.appendable = True
         self._history: tuple[float, ...] = ()

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .lexical_keys import query_tokens
+from .lexical_keys import query_tokens, token
 from .records import Changes, Key, Marker, StoredBlock, StoredMessage
 from .rows import COLUMNS, assemble_blocks, chunks, history_blob, marks, message_row
 
@@ -193,11 +193,23 @@ class ReadMixin:
         if not tokens or k <= 0:
             return []
         with self._read() as cur:
-            cur.execute(self._sql(f"SELECT token, df FROM block_term_df WHERE thread_id = ? AND token IN "
-                                  f"({marks(tokens)})"), (thread_id, *tokens))
-            df = dict(cur.fetchall())
-            cur.execute(self._sql("SELECT COALESCE(MAX(block_no), -1) + 1 FROM blocks WHERE thread_id = ?"),
-                        (thread_id,))
-            common = max(RARE_BLOCKS, RARE_SHARE * int(cur.fetchone()[0]))
+            df, blocks = self._frequencies(cur, thread_id, tokens)
+            common = max(RARE_BLOCKS, RARE_SHARE * blocks)
             rare = sorted((t for t in tokens if 0 < df.get(t, 0) <= common), key=lambda t: df[t])[:RARE_TERMS]
             return self._search_terms(cur, thread_id, rare, k) if rare else []
+
+    def block_frequencies(self: Any, thread_id: str, terms: Sequence[str]) -> tuple[dict[str, int], int]:
+        """How many of the thread's closed blocks hold each term, and how many it has."""
+        by_token = {token(thread_id, t): t for t in terms if t}
+        with self._read() as cur:
+            df, blocks = self._frequencies(cur, thread_id, sorted(by_token))
+        return {by_token[t]: n for t, n in df.items()}, blocks
+
+    def _frequencies(self: Any, cur, thread_id: str, tokens: Sequence[str]) -> tuple[dict[str, int], int]:
+        df: dict[str, int] = {}
+        if tokens:
+            cur.execute(self._sql(f"SELECT token, df FROM block_term_df WHERE thread_id = ? AND token IN "
+                                  f"({marks(tokens)})"), (thread_id, *tokens))
+            df = {t: int(n) for t, n in cur.fetchall()}
+        cur.execute(self._sql("SELECT COALESCE(MAX(block_no), -1) + 1 FROM blocks WHERE thread_id = ?"), (thread_id,))
+        return df, int(cur.fetchone()[0])

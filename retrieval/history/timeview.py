@@ -11,20 +11,31 @@ every budget, 1.000 / 1.000 with these blocks).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from semhist.indexers.store import StoreReader, StoredBlock, StoredMessage
 
-from ..pipeline.timerange import CLOCKS_APART, TimeRange
+from ..pipeline.timerange import EARLIEST_CLOCK, LATEST_CLOCK, TimeRange
+
+PROBED = 64  # messages read to find the clock of a named day's talk
+
 
 def on_their_clocks(store: StoreReader, thread_id: str, span: TimeRange) -> TimeRange:
-    """A named time on the clocks of the people who talked then: "what did we say on 23 August"
+    """A named date on the clocks of the people who talked then: "what did we say on 23 August"
     means the day the messages of that time were written on, in their own zone, which is not
-    always the asker's (the request's days are read in the zone of the thread's last message).
-    Their zone is that of the first message within a day of the time (one indexed read)."""
-    first = store.in_time(thread_id, (span.start - CLOCKS_APART).timestamp(), (span.end + CLOCKS_APART).timestamp(), 1)
-    stamp = first[0].timestamp if first else None
-    return span.in_zone(stamp.tzinfo) if stamp is not None and stamp.utcoffset() != span.start.utcoffset() else span
+    always the asker's (a request's days are read in the zone of the thread's last message). The
+    zone is that of the first message, of the first `PROBED` that any clock could put on that
+    date, written on it by its own clock; with none, the asker's. A day counted back from the
+    last message ("yesterday") stays on the asker's clock."""
+    if span.relative:
+        return span
+    wall = span.start.replace(tzinfo=None)
+    found = store.in_time(thread_id, (wall.replace(tzinfo=timezone.utc) - EARLIEST_CLOCK).timestamp(),
+                          (span.end.replace(tzinfo=timezone.utc) + LATEST_CLOCK).timestamp(), PROBED)
+    for m in found:
+        if m.timestamp is not None and m.timestamp.tzinfo is not None and span.in_zone(m.timestamp.tzinfo).contains(m.timestamp):
+            return span.in_zone(m.timestamp.tzinfo)
+    return span
 
 
 CARRIED_BLOCKS = 32  # blocks read after the time's own to find where its conversations end

@@ -131,10 +131,17 @@ def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache
     index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
                               vectors=_vectors(store, vectors, stored))
     index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
-    turns = {m.id for m in region + tail} | set(last)  # runs to the thread's end: one unbroken run
+    # the turns: from where the last prompt's started (the newest messages without one), an
+    # unbroken run to the thread's end; where they start holds from turn to turn
+    run = {m.id for m in region} if region else set(last)
+    begins = min((m.key for m in stored if m.id in run), default=None)
+    # and the open block from there (a late message stamped long ago sorts far back: not a turn)
+    turns = run | {m.id for m in tail if begins is not None and m.key >= begins}
     index.tail_from = next((p for p, m in enumerate(index.thread.messages) if m.index in turns),
                            len(index.thread.messages))
     index.gaps = _gaps(index.thread.messages, {m.id: m for m in stored}, turns, {b.block_no for b in blocks})
+    if keywords is not None and keywords.intent == TOPIC and listing:  # which words name a thing
+        index.block_frequencies = store.block_frequencies(thread_id, keywords.terms)
     index._changed()  # the thread it shows carries them
     return index
 
@@ -142,12 +149,12 @@ def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache
 def _gaps(messages, stored: dict[int, StoredMessage], turns: set[int], whole: set[int]) -> frozenset[int]:
     """The view's positions whose message does not follow the one before it in the thread:
     neighbours are neighbours there when both are of its unbroken end (`turns`), or of one
-    block the view holds whole, or of two consecutive ones."""
+    block the view holds whole (the open one too), or of two consecutive ones."""
     out = set()
     for p in range(1, len(messages)):
         a, b = stored.get(messages[p - 1].index), stored.get(messages[p].index)
-        if a is None or b is None or (a.id in turns and b.id in turns):
-            continue
+        if a is None or b is None or (a.id in turns and b.id in turns) or (a.block_no is None and b.block_no is None):
+            continue  # the open block is read whole too
         blocks = (a.block_no, b.block_no)
         if not (blocks[0] in whole and blocks[1] in whole and blocks[1] - blocks[0] in (0, 1)):
             out.add(p)
@@ -164,8 +171,8 @@ def _region(store: StoreReader, thread_id: str, carried: Carried | None) -> list
     last = store.messages(thread_id, last=1)
     if not first or not last:
         return []
-    region = store.between(thread_id, (first[0].sort_ts, first[0].id - 1), last[0].key, limit=REGION_MESSAGES)
-    return region if len(region) < REGION_MESSAGES else []
+    region = store.between(thread_id, (first[0].sort_ts, first[0].id - 1), last[0].key, limit=REGION_MESSAGES + 1)
+    return region if len(region) <= REGION_MESSAGES else []
 
 
 def _dense_blocks(store: StoreReader, vectors: ThreadVectors, query: np.ndarray) -> list[int]:

@@ -45,7 +45,7 @@ def about(index: ThreadIndex, terms: Sequence[str]) -> list[tuple[int, int]]:
         held += index.block_lexical.scores([term]) > 0
     need = len(wanted) - 1 if len(wanted) >= 4 else len(wanted)
     blocks = np.flatnonzero(held >= need)
-    if not len(blocks) or len(blocks) > GENERIC * thread_blocks(index):
+    if not len(blocks) or generic(index, wanted, len(blocks), need):
         return []  # words that much of the thread holds name no thing
     blocks = blocks[:MAX_LINES * 4]
     rows = index.lexical.scores(wanted)
@@ -53,13 +53,15 @@ def about(index: ThreadIndex, terms: Sequence[str]) -> list[tuple[int, int]]:
     return [(int(b), int(first[b]) + int(np.argmax(rows[first[b]:end[b]]))) for b in blocks]
 
 
-def thread_blocks(index: ThreadIndex) -> int:
-    """The thread's blocks; of a long thread's view (a few dozen blocks the request's terms and
-    meaning chose), as many as its messages' share of the thread says."""
-    n = len(index.blocks)
-    if index.whole or index.marker is None or not len(index.rows):
-        return n
-    return max(n, round(n * index.marker.messages / len(index.rows)))
+def generic(index: ThreadIndex, terms: Sequence[str], holding: int, need: int) -> bool:
+    """Whether more than `GENERIC` of the thread's blocks hold the request's words. A view holds
+    a few blocks chosen for them: it asks the store how many of the thread's blocks hold each
+    word, and about as many hold `need` of them as hold the `need`-th most common."""
+    if index.whole or index.block_frequencies is None:
+        return holding > GENERIC * len(index.blocks)
+    df, blocks = index.block_frequencies
+    counts = sorted(df.get(t, 0) for t in terms)
+    return counts[-need] > GENERIC * blocks if len(counts) >= need else False
 
 
 def reserve(index: ThreadIndex, found: Sequence[tuple[int, int]], shown: Collection[int], room: int) -> int:

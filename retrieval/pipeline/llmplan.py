@@ -88,7 +88,7 @@ def llm_time(data: dict, anchor: datetime | None) -> TimeRange | None:
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=anchor.tzinfo)
     if start > anchor:  # a range after the last message holds no history: the model misread it
         return None
-    return TimeRange(start, end, "(from the LLM)")
+    return TimeRange(start, end, "(from the LLM)", relative=True)  # what the local rules could not read
 
 
 _YEAR = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")

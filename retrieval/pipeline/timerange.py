@@ -68,6 +68,7 @@ class TimeRange:
     start: datetime
     end: datetime
     text: str
+    relative: bool = False  # counted back from the thread's last message ("yesterday", "last week")
 
     def contains(self, moment: datetime | None) -> bool:
         return moment is not None and self.start <= moment < self.end
@@ -76,15 +77,16 @@ class TimeRange:
         """The same days and hours on the clocks of another zone."""
         if zone is None or zone == self.start.tzinfo:
             return self
-        return TimeRange(self.start.replace(tzinfo=zone), self.end.replace(tzinfo=zone), self.text)
+        return TimeRange(self.start.replace(tzinfo=zone), self.end.replace(tzinfo=zone), self.text, self.relative)
 
     def to_dict(self) -> dict[str, str]:
         return {"start": self.start.isoformat(), "end": self.end.isoformat(), "text": self.text}
 
 
-# Two clocks differ by at most 26 hours (UTC-12 to UTC+14): the talk of a named day, on its
-# speakers' own clocks, lies within this much of the day on the asker's.
-CLOCKS_APART = timedelta(hours=26)
+# A calendar day lasts from its start at UTC+14 to its end at UTC-12: the talk of a named day,
+# on its speakers' own clocks, lies within these of the day's start and end in UTC.
+EARLIEST_CLOCK, LATEST_CLOCK = timedelta(hours=14), timedelta(hours=12)
+ABSOLUTE = ("iso", "ja_ymd", "ja_md", "ja_ym", "en_dmy", "en_mdy", "en_my")  # dates, not counted back
 
 
 def _day_range(day: date, zone: tzinfo | None) -> tuple[datetime, datetime]:
@@ -201,14 +203,14 @@ def parse_time_range(request: str, anchor: datetime | None) -> tuple[TimeRange |
             end = start + timedelta(hours=1)
             rest = rest[:hour.start()] + " " + rest[hour.end():]
             spans.append(hour.group(0).strip())
-            return TimeRange(start, end, " ".join(spans)), re.sub(r"\s+", " ", rest).strip()
+            return TimeRange(start, end, " ".join(spans), name not in ABSOLUTE), re.sub(r"\s+", " ", rest).strip()
         part = _PART.search(rest)
         if part and one_day:
             lo, hi = PARTS[(part.group(1) or part.group(2)).lower()]
             start, end = start + timedelta(hours=lo), start + timedelta(hours=hi)
             rest = rest[:part.start()] + " " + rest[part.end():]
             spans.append(part.group(0))
-        return TimeRange(start, end, " ".join(spans)), re.sub(r"\s+", " ", rest).strip()
+        return TimeRange(start, end, " ".join(spans), name not in ABSOLUTE), re.sub(r"\s+", " ", rest).strip()
     return None, request
 
 

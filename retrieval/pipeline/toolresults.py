@@ -48,9 +48,10 @@ class ClearedResults:
     def __init__(self, settings: Settings, tail_from: int = 0):
         self.keep, self.step = settings.keep_tool_results, settings.tool_clear_step
         # a long thread's view: results before its unbroken end (blocks chosen for the request)
-        # are older than every result of that end, so cleared; the steps count the end's alone,
-        # which keeps them where the whole thread's would be from turn to turn
+        # are older than every result of that end, so cleared (unless of the current turn); the
+        # steps count the end's alone, which keeps them where they were from turn to turn
         self.tail_from = tail_from
+        self.early: list[int] = []  # results before it, not yet cleared (the current turn's are not)
         self.changed = False  # a result shows as its placeholder
         self.protected = {n.strip() for n in settings.protected_tools.split(",") if n.strip()}
         self.calls: dict[str, tuple[str, str]] = {}  # call id -> (function name, arguments)
@@ -69,10 +70,9 @@ class ClearedResults:
             if m.role == "user":
                 self.turn = p
             elif m.role == "tool" and self.keep >= 0 and self._name(m)[0] not in self.protected:
-                if p < self.tail_from:
-                    self._clear(messages, p)
-                else:
-                    self.results.append(p)
+                (self.early if p < self.tail_from else self.results).append(p)
+        while self.early and self.early[0] < self.turn:  # before the current turn: cleared
+            self._clear(messages, self.early.pop(0))
         old = len(self.results) - self.keep
         due = old // self.step * self.step if self.keep >= 0 and old > 0 else 0
         # the current turn's results (after the last user message) are never cleared: an
