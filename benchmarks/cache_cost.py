@@ -53,6 +53,7 @@ from pathlib import Path
 from common import JMULTIWOZ, LOCOMO, add_out, save, table, teams_shape
 
 STRATEGIES = ("full", "window", "token-budget", "utterances", "blocks")
+SETS = ("locomo", "jmultiwoz", "joined", "merged", "japanese")
 VARIANTS = ("head:2000", "head:1000", "cache:2000", "cache:1000b", "cache:1500b", "cache:2000b")  # layout:budget
 LIFETIMES = {"warm": None, "5m": 300, "30m": 1800, "1h": 3600}
 COMPACTION_LOOKBACK = 60  # --llm: what the first compaction reads of a stored thread (the model is slow here)
@@ -233,7 +234,7 @@ def render(results: dict) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default="locomo,jmultiwoz,joined")
+    p.add_argument("--sets", default="locomo,jmultiwoz,joined", help=f"comma-separated, of {', '.join(SETS)}")
     p.add_argument("--conversations", type=int, default=10, help="threads per set (locomo, jmultiwoz)")
     p.add_argument("--turns", type=int, default=50)
     p.add_argument("--strategies", default=",".join(STRATEGIES))
@@ -244,6 +245,9 @@ def main() -> None:
                                                       "(summary, structured); writes cache_cost_memory.md")
     add_out(p)
     args = p.parse_args()
+    unknown = set(args.sets.split(",")) - set(SETS)
+    if unknown:  # an unknown set would be skipped silently and the tables come out empty
+        p.error(f"--sets: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SETS)}")
     from semhist.history.views import MAX_PAGED_TOKENS
     from semhist.kernel.tokens import count_message
 

@@ -180,6 +180,9 @@ def main() -> None:
     add_out(parser)
     args = parser.parse_args()
     _check_sets(parser, args.set)
+    unknown = set(args.sets.split(",")) - set(SETS)
+    if unknown:
+        parser.error(f"--sets: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SETS)}")
     locomo, japanese = _datasets(args.data, args.limit)
     if args.write_data:
         for name, data in (("locomo_merged", locomo), ("jmultiwoz_joined", japanese)):

@@ -78,12 +78,14 @@ class ThreadIndex:
     @classmethod
     def build(cls, thread_id: str, stored: Sequence[StoredMessage], blocks: Iterable[StoredBlock], dim: int,
               segmenter: Segmenter, history: Sequence[float] = (), marker: Marker | None = None,
-              whole: bool = True, vectors: Mapping[int, np.ndarray] | None = None) -> ThreadIndex:
+              whole: bool = True, vectors: Mapping[int, np.ndarray] | None = None, tail_from: int = 0,
+              gaps: frozenset[int] = frozenset()) -> ThreadIndex:
         """From messages in order and the closed blocks they belong to; vectors are the
         messages' own or come from `vectors` (by id). A view may hold only some messages of a
-        block: they then form a block of their own."""
+        block: they then form a block of their own (`tail_from`, `gaps`: a view's, by position)."""
         index = cls(thread_id, dim, segmenter, whole=whole)
         index.marker, index._history = marker, tuple(history)
+        index.tail_from, index.gaps = tail_from, gaps
         for m in stored:
             index._add_message(m)
         known = {b.block_no: b for b in blocks}

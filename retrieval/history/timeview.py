@@ -33,8 +33,9 @@ def on_their_clocks(store: StoreReader, thread_id: str, span: TimeRange) -> Time
     found = store.in_time(thread_id, (wall.replace(tzinfo=timezone.utc) - EARLIEST_CLOCK).timestamp(),
                           (span.end.replace(tzinfo=timezone.utc) + LATEST_CLOCK).timestamp(), PROBED)
     for m in found:
-        if m.timestamp is not None and m.timestamp.tzinfo is not None and span.in_zone(m.timestamp.tzinfo).contains(m.timestamp):
-            return span.in_zone(m.timestamp.tzinfo)
+        zone = m.timestamp.tzinfo if m.timestamp is not None else None
+        if zone is not None and span.in_zone(zone).contains(m.timestamp):
+            return span.in_zone(zone)
     return span
 
 

@@ -35,8 +35,7 @@ from ..pipeline.asker import BUDGETED, Asker
 from ..pipeline.assemble import fixed_cost
 from ..pipeline.keyword import TOPIC, KeywordResult
 from ..pipeline.listing import MAX_LINES
-from ..pipeline.select import Carried
-from ..pipeline.select import PROTECTED_UNITS
+from ..pipeline.select import PROTECTED_UNITS, Carried
 from ..pipeline.toolresults import placeholder
 from .timeview import conversation_blocks
 
@@ -128,32 +127,30 @@ def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache
     wanted = ({i for b in blocks for i in b.message_ids} | set(last)) - known
     stored = sorted({m.id: m for m in fresh + cache.get(store, thread_id, wanted, marker)}.values(),
                     key=lambda m: m.key)
-    index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
-                              vectors=_vectors(store, vectors, stored))
-    index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
     # the turns: from where the last prompt's started (the newest messages without one), an
     # unbroken run to the thread's end; where they start holds from turn to turn
     run = {m.id for m in region} if region else set(last)
     begins = min((m.key for m in stored if m.id in run), default=None)
     # and the open block from there (a late message stamped long ago sorts far back: not a turn)
     turns = run | {m.id for m in tail if begins is not None and m.key >= begins}
-    index.tail_from = next((p for p, m in enumerate(index.thread.messages) if m.index in turns),
-                           len(index.thread.messages))
-    index.gaps = _gaps(index.thread.messages, {m.id: m for m in stored}, turns, {b.block_no for b in blocks})
+    index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
+                              vectors=_vectors(store, vectors, stored),  # positions are `stored`'s
+                              tail_from=next((p for p, m in enumerate(stored) if m.id in turns), len(stored)),
+                              gaps=_gaps(stored, turns, {b.block_no for b in blocks}))
+    index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
     if keywords is not None and keywords.intent == TOPIC and listing:  # which words name a thing
         index.block_frequencies = store.block_frequencies(thread_id, keywords.terms)
-    index._changed()  # the thread it shows carries them
     return index
 
 
-def _gaps(messages, stored: dict[int, StoredMessage], turns: set[int], whole: set[int]) -> frozenset[int]:
+def _gaps(stored: list[StoredMessage], turns: set[int], whole: set[int]) -> frozenset[int]:
     """The view's positions whose message does not follow the one before it in the thread:
     neighbours are neighbours there when both are of its unbroken end (`turns`), or of one
     block the view holds whole (the open one too), or of two consecutive ones."""
     out = set()
-    for p in range(1, len(messages)):
-        a, b = stored.get(messages[p - 1].index), stored.get(messages[p].index)
-        if a is None or b is None or (a.id in turns and b.id in turns) or (a.block_no is None and b.block_no is None):
+    for p in range(1, len(stored)):
+        a, b = stored[p - 1], stored[p]
+        if (a.id in turns and b.id in turns) or (a.block_no is None and b.block_no is None):
             continue  # the open block is read whole too
         blocks = (a.block_no, b.block_no)
         if not (blocks[0] in whole and blocks[1] in whole and blocks[1] - blocks[0] in (0, 1)):

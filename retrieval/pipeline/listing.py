@@ -9,10 +9,10 @@ time is answered by that time's conversations, and lists nothing.
 
 Which stretches are about X: the blocks that hold every term of the request (one may be
 missing when it has four or more), by the store's lexical index — the words, not the meaning,
-so a line is never a guess; words that a fifth of the thread's blocks hold name no thing (of a
-long thread's view, the share is estimated for the whole thread: the view was chosen for the
-request's words, and a long thread's view takes more blocks for a topic request's words so
-that its stretches can be named). At most `MAX_LINES`, within a share of the budget (`LINE_SHARE`):
+so a line is never a guess; words that a fifth of the thread's blocks hold name no thing (a
+long thread's view counts them by the store's block frequencies for the whole thread: the view
+was chosen for the request's words, and takes more blocks for a topic request's words so that
+its stretches can be named). At most `MAX_LINES`, within a share of the budget (`LINE_SHARE`):
 when a packing of the whole budget leaves stretches about X out, the verbatim stretches are
 packed again in what the lines leave (a line costs a tenth of a stretch).
 """
