@@ -260,6 +260,15 @@ class BM25:
             out[ids] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[ids] / avg))
         return out
 
+    def coverage(self, query_terms: Iterable[str]) -> np.ndarray:
+        """How many of the query's distinct terms each document holds."""
+        out = np.zeros(self.n, dtype=np.int32)
+        for term in set(query_terms):
+            hit = self._postings.get(term)
+            if hit is not None:
+                out[np.asarray(hit[0], dtype=np.int64)] += 1
+        return out
+
     @property
     def nbytes(self) -> int:
         """About what the postings take in memory."""
@@ -307,6 +316,13 @@ class ScanBM25:
             tf = counts[ids]
             idf = math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
             out[ids] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[ids] / avg))
+        return out
+
+    def coverage(self, query_terms: Iterable[str]) -> np.ndarray:
+        """How many of the query's distinct terms each document holds."""
+        out = np.zeros(len(self._docs), dtype=np.int32)
+        for term in set(query_terms):
+            out += np.fromiter((term in d for d in self._docs), dtype=np.int32, count=len(self._docs))
         return out
 
     @property

@@ -143,6 +143,11 @@ class Settings:
     # speaks with the operator's authority (docs/guides/security.md)
     author_boost: bool = option(True, group=SEARCH, help="blocks: stretches where a person the request names "
                                                          "speaks rank higher (a thread of many conversations)")
+    term_cover: bool = option(True, group=SEARCH, help="blocks, a topic request: blocks that hold the most of "
+                                                       "its words rank first")
+    mentions_first: bool = option(True, group=SEARCH, help="blocks, a topic request under a budget: the stretch "
+                                                           "around each block's mention of its thing before any "
+                                                           "block whole")
     list_stretches: bool = option(True, group=SEARCH, help="blocks, a topic request under a budget: name each "
                                                            "stretch about it that does not fit by one dated line")
     context_role: str = option("user", group=SEARCH, choices=("user", "system"),

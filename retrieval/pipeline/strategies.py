@@ -24,6 +24,7 @@ from .assemble import context_overhead, context_cost, fixed_cost, render_context
 from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
 from .listing import LINE_SHARE, about, listed, reserve, unshown
+from .mentions import cover_boost, mentions_first
 from .named_time import in_range
 from .search import author_boost, block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
 from .select import (Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost, pack,
@@ -149,11 +150,17 @@ class Blocks:
             budget, max_groups = (room, None) if s.fill_budget and fresh is None else (min(room, budget), max_groups)
         terms = searched_terms(index, plan.terms)
         boost = author_boost(index, plan.terms) if s.author_boost else None  # the people it names
+        long = plan.intent == TOPIC and not index.whole  # a thing's words are everywhere (mentions.py)
+        if long and s.term_cover:  # and the blocks that name its thing
+            cover = cover_boost(index, terms)
+            boost = cover if boost is None else boost if cover is None else boost + cover
+        mentions = long and s.mentions_first and max_groups is None  # under a budget it fills
 
         def candidates() -> Iterable[Candidate]:  # made afresh for each packing: they are read as packed
             timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
             if plan.intent == TOPIC:
-                return chain(timed, _topic(index, dense, terms, s, relative=max_groups is not None, boost=boost))
+                return chain(timed, _topic(index, dense, terms, s, relative=max_groups is not None, boost=boost,
+                                           mentions=budget if mentions else None))
             return chain(timed, _facts(index, dense, terms, s.hit_window, boost=boost))
 
         mem = inp.memory
@@ -281,10 +288,11 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
 
 
 def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
-           relative: bool, boost: np.ndarray | None = None) -> list[Candidate]:
+           relative: bool, boost: np.ndarray | None = None, mentions: int | None = None) -> list[Candidate]:
     """Whole blocks by hybrid block score; a block too big for what is left offers, largest
     first, its topic sub-segment around the best message, shorter stretches around that
-    message, and a window."""
+    message, and a window. With `mentions` (the room), the blocks that mention the request's
+    thing come first, or the stretch around each one's mention when they do not fit (mentions.py)."""
     scores = fused_blocks(index, dense, terms)
     if boost is not None:
         scores = scores + boost
@@ -296,14 +304,15 @@ def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
         floor = best_dense.max() * s.relative_score
     if s.min_score is not None:
         floor = max(floor, s.min_score)
-    out = []
+    out, ranked = [], []  # the candidates, and their blocks
     for b in np.argsort(-scores, kind="stable"):
         if best_dense[b] < floor:
             continue
         row = int(first[b]) + int(np.argmax(fused[first[b]:end[b]]))
         out.append((_block_and_parts(index, b, row, s.hit_window), float(best_dense[b]), index.blocks[b].id,
                     index.rows[row]))
-    return out
+        ranked.append(int(b))
+    return out if mentions is None else mentions_first(index, out, ranked, terms, mentions)
 
 
 def _block_and_parts(index: ThreadIndex, b: int, row: int, width: int) -> Iterator[tuple[int, ...]]:
