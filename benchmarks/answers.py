@@ -29,7 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from semhist.indexers.loader import load
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate, sample_queries
 from semhist.llm import make_llm

@@ -90,7 +90,7 @@ def _turn_writes(turn: int, texts: list[str], when) -> tuple[list[list[dict]], l
 def _turns(history, threads: list[str], questions: list[str], texts: list[str], turns: int, last, seed: int = 0):
     """Run the bot loop; returns the timings (ms) of adds, asks after a write and asks without
     one, and the resident memory once the caches are warm."""
-    from semhist.kernel.settings import Budget
+    from semhist.kernel.budget import Budget
 
     budget, rng = Budget.parse(BUDGET), random.Random(seed)
     adds, after, without, warm = [], [], [], None
@@ -173,7 +173,7 @@ def _view(n: int, entry, limit: int) -> str:
 
 def _asks_only(history, questions: list[str], turns: int, n: int = 2_000) -> dict:
     """Asks with no write in between, after the loop (caches warm): what grows per request."""
-    from semhist.kernel.settings import Budget
+    from semhist.kernel.budget import Budget
 
     budget = Budget.parse(BUDGET)
     gc.collect()
@@ -214,7 +214,8 @@ def case_many(url: str, workdir: Path, cache_dir: Path, turns: int, threads: int
 
 def case_structured(url: str, workdir: Path, cache_dir: Path, turns: int, lookback: int, n: int = 6000) -> dict:
     """`structured` with the real LLM: calls per turn, each user statement read once."""
-    from semhist.kernel.settings import Budget, Settings
+    from semhist.kernel.budget import Budget
+    from semhist.kernel.settings import Settings
 
     if Settings.load().llm is None:
         sys.exit("the structured case needs an LLM: run semhist llm-server and export what it prints")

@@ -256,7 +256,7 @@ def operations(url: str, work: Path, cache_dir: Path, data, length: int, turns: 
 
 
 def _budget():
-    from semhist.kernel.settings import Budget
+    from semhist.kernel.budget import Budget
 
     return Budget.parse(BUDGET)
 

@@ -93,7 +93,8 @@ def _store(url: str, n: int, data: Path, cache_dir: Path):
 def _fresh(url: str, data: Path, cache_dir: Path, eager: bool = False):
     """A process that never saw the thread: empty data folder, models loaded on another thread."""
     from semhist import History
-    from semhist.kernel.settings import Budget, Settings
+    from semhist.kernel.budget import Budget
+    from semhist.kernel.settings import Settings
 
     h = History(Settings.load(env={}, db=url, data_dir=data, cache_dir=cache_dir))
     h.ask("19:warmup@thread.v2", "what did we plan?", budget=Budget.parse(BUDGET))
@@ -108,7 +109,7 @@ def _retrieved(result) -> set[int]:
 
 
 def _ask(h, question: str) -> tuple[object, float, dict]:
-    from semhist.kernel.settings import Budget
+    from semhist.kernel.budget import Budget
 
     with Work() as work:
         start = time.perf_counter()
@@ -156,7 +157,8 @@ def recall(url: str, cache_dir: Path, root: Path, per_thread: int) -> dict:
     first ask does, so the view is what is scored."""
     from semhist import History
     from semhist.indexers.loader import load
-    from semhist.kernel.settings import Budget, Settings
+    from semhist.kernel.budget import Budget
+    from semhist.kernel.settings import Settings
 
     h = History(Settings.load(env={}, db=url, data_dir=root / "recall", cache_dir=cache_dir))
     found = {"cold": [], "whole": []}

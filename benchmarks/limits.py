@@ -28,7 +28,8 @@ from pathlib import Path
 
 from semhist.indexers.loader import load
 from semhist.kernel.model import Thread
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 

@@ -42,7 +42,7 @@ def _ask_all(history, thread_of, threads, ids_of, unique: set[str] | None = None
     """Every answerable question; `thread_of(t)` names the stored thread, `ids_of[t.id][i]`
     the store id of message i of conversation t. With `unique`, recall is also given for
     those questions alone."""
-    from semhist.kernel.settings import Budget
+    from semhist.kernel.budget import Budget
     from semhist.pipeline.assemble import fixed_cost
 
     recall, complete, sizes, only = [], [], [], []

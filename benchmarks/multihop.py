@@ -30,7 +30,8 @@ import numpy as np
 from semhist.indexers.lexical import EN_STOP, tokenize
 from semhist.indexers.loader import load
 from semhist.kernel.model import Thread, message_text
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 from semhist.pipeline.keyword import KeywordResult

@@ -58,7 +58,8 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore, Vector
 from semhist.indexers.embed import PASSAGE, QUERY, cache_key, embed_or_fail, get_embedder
 from semhist.indexers.loader import load
 from semhist.kernel.model import Thread, api_name, message_text
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_text
 from semhist import Engine, History
 from semhist.evaluate import evaluate

@@ -11,7 +11,7 @@ from typing import Any
 
 from semhist.evaluate import _Tally
 from semhist.kernel.model import Thread
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from semhist.kernel.tokens import REPLY_PRIMING, count_message
 
 from peers_report import BUDGETS, METHODS

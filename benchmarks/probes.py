@@ -17,7 +17,8 @@ import tempfile
 import time
 
 from semhist.indexers.loader import load
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import Engine
 
 from common import PROBES as PROBE_DIR, add_out, out_file, write_json

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from semhist.indexers.loader import load
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import STRATEGIES, Engine
 from semhist.evaluate import evaluate
 from semhist import NEEDS_LLM

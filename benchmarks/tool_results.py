@@ -23,7 +23,8 @@ from dataclasses import replace
 
 from semhist.indexers.loader import load
 from semhist.kernel.model import Message, Query, Thread
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 

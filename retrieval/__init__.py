@@ -24,7 +24,8 @@ from .kernel.errors import (
     TooLongError,
 )
 from .kernel.model import Block, Message, Query, Thread
-from .kernel.settings import Budget, LLMConfig, Settings
+from .kernel.budget import Budget
+from .kernel.settings import LLMConfig, Settings
 from .indexers.loader import build_thread, load, loads
 from .pipeline import NEEDS_LLM, STRATEGIES, AskResult, get_strategy
 from .pipeline.asker import ANSWER_GUIDANCE, answer_reminder

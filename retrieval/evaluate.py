@@ -12,7 +12,7 @@ import numpy as np
 
 from semhist.kernel.errors import BackendError, ConfigError, InputError
 from semhist.kernel.model import Query, Thread
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 
 from .engine import Engine
 from .llm import LLMClient

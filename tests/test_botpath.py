@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from semhist.kernel.model import Message, Thread
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 
 from .conftest import RAMEN_REQUEST, SHARED_DATA
 from .conftest import chat as _chat

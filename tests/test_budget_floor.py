@@ -10,7 +10,8 @@ import logging
 import pytest
 
 from semhist.kernel.errors import TooLongError
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.kernel.tokens import count_messages, count_text
 
 from .conftest import RAMEN_REQUEST, SAMPLES

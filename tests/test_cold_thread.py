@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from semhist.kernel.model import Message, Thread
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from semhist.history.states import WHOLE_AT_ONCE
 
 from .conftest import chat

@@ -14,7 +14,7 @@ from semhist.indexers.embed import PASSAGE
 from semhist.kernel.errors import IndexMismatchError, InputError
 from semhist.kernel.model import Message, Thread
 from semhist.indexers.segment import TimeGapSegmenter
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from .conftest import RAMEN_REQUEST, RAMEN_TURNS, chat as _chat
 
 

@@ -7,7 +7,8 @@ import pytest
 from datetime import datetime, timedelta, timezone
 
 from semhist.indexers.loader import loads
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.indexers.store import NewMessage, SummaryRecord
 from semhist import Engine
 from tests.conftest import SAMPLES

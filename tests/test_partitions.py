@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from semhist.kernel.errors import InputError
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.indexers.store import open_store
 from semhist.indexers.store.partitions import INITIAL, TABLES, partitions
 

@@ -9,7 +9,7 @@ import pytest
 from semhist.kernel.model import Thread, embedding_text
 from semhist.indexers.loader import load, loads
 from semhist.indexers.segment import TilingSegmenter, TimeGapSegmenter, TopicSegmenter
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from tests.conftest import SHARED_DATA
 
 DAYS = {

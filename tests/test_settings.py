@@ -1,7 +1,8 @@
 import pytest
 
 from semhist.kernel.errors import ConfigError, InputError
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 
 
 def test_explicit_beats_env_beats_default(tmp_path):

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from semhist.indexers.loader import loads
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist import STRATEGIES, Engine
 from semhist.pipeline.strategies import NEEDS_LLM
 from tests.conftest import RAMEN_REQUEST, RAMEN_TURNS

@@ -11,7 +11,8 @@ import pytest
 
 from semhist.indexers.loader import loads
 from semhist.kernel.model import Thread
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 
 SUBJECTS = ["ラーメン", "温泉", "Python", "映画", "天気", "引っ越し", "サッカー", "料理"]
 FILLER = "について、詳しく順番に説明してもらえると本当に助かりますので、どうぞよろしくお願いします。"

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from semhist.kernel.tokens import _count_cached
 
 from .workcount import count_work

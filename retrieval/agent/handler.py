@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from semhist.kernel.errors import NotFoundError, SemhistError
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 
 from .. import render
 from semhist import History

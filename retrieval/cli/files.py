@@ -11,7 +11,8 @@ from pathlib import Path
 
 from semhist.kernel.errors import BackendError, ConfigError, InputError
 from semhist import load
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 
 from .. import render
 from semhist import STRATEGIES

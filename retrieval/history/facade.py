@@ -28,7 +28,8 @@ from semhist.indexers.store import Marker, SQLStore, StoredMessage
 from semhist.kernel.errors import InputError, NotFoundError
 from semhist.kernel.ids import check_thread_id
 from semhist.kernel.model import Thread
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.kernel.validate import resolve_zone
 
 from semhist.kernel.writers import OPERATOR, Writer

@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.store import Marker
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.kernel.validate import check_request
 
 from ..billing import shared_marks

@@ -27,7 +27,7 @@ from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.kernel.model import Thread
 from semhist.indexers.index.vectors import ThreadVectors
 from semhist.indexers.segment import Segmenter, TimeGapSegmenter
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from semhist.indexers.store import Marker, StoreReader, StoredMessage
 from semhist.kernel.tokens import count_message
 

@@ -11,7 +11,7 @@ from semhist.kernel.errors import InputError
 from semhist.kernel.model import as_message, content_text
 from semhist.kernel.validate import check_request
 from semhist.kernel.model import api_name
-from semhist.kernel.settings import Budget
+from semhist.kernel.budget import Budget
 from semhist.kernel.model import StoredMessage
 
 from semhist import History

@@ -15,7 +15,8 @@ from semhist.indexers.index.thread_index import ThreadIndex
 from semhist.indexers.lexical import is_japanese
 from semhist.kernel.model import Thread
 from semhist.kernel.quoting import neutral
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 
 from ..billing import price_model
 from ..llm import LLMClient

@@ -15,13 +15,14 @@ off there):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from semhist.indexers.index.thread_index import ThreadIndex
 
 from .search import RRF_K
+from .select import Candidate
 
 # A block holding the most of the request's words ranks as if one list put it first (as a
 # block where a named person speaks does: search.AUTHOR_BONUS); more changed nothing (JMultiWOZ
@@ -30,9 +31,6 @@ COVER_BONUS = 1.0 / (RRF_K + 1)
 # The stretch around a block's mentions: from this many messages before the first to this many
 # after the last. Chosen on JMultiWOZ's first 36 threads (2 / 5 against 1 / 3, 2 / 9, 3 / 14).
 MENTION_BEFORE, MENTION_AFTER = 2, 5
-
-Candidate = tuple[Iterable[tuple[int, ...]], "float | None", "int | None", "int | None"]
-
 
 def cover_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     """Per block: COVER_BONUS where a block holds the most of the request's distinct words;
@@ -47,36 +45,44 @@ def cover_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     return (held == top) * COVER_BONUS
 
 
-def mentions_first(index: ThreadIndex, out: list[Candidate], blocks: Sequence[int], terms: Sequence[str],
+def mention_rows(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
+    """The rows that mention the request's thing: those holding the most of its distinct words
+    any row holds, two or more when it has two (one common word of a name is no mention of it);
+    None when there are none."""
+    distinct = set(terms)
+    held = index.lexical.coverage(distinct) if distinct else np.zeros(0, dtype=np.int32)
+    if not len(held) or held.max() < min(2, len(distinct)):
+        return None
+    return held == held.max()
+
+
+def mentions_first(index: ThreadIndex, out: list[Candidate], blocks: Sequence[int], mentioned: np.ndarray,
                    room: int) -> list[Candidate]:
     """The topic candidates `out` (one per block of `blocks`, block numbers in rank order)
-    with the blocks that mention the request's thing first: when they do not fit `room` whole,
-    first the stretch around each one's mentions; when they do, themselves whole."""
-    found = _mentions(index, blocks, terms)
+    with the blocks that mention the request's thing (`mentioned`: mention_rows) first: when
+    they do not fit `room` whole, first the stretch around each one's mentions (or, when that
+    does not fit, around its first); when they do, themselves whole."""
+    found = _stretches(index, blocks, mentioned)
     if not found:
         return out
     if sum(index.blocks[b].tokens for b in found) > room:
-        stretches = [([tuple(index.rows[found[b][0]:found[b][1]])], score, index.blocks[b].id, index.rows[found[b][2]])
-                     for b, (_, score, _, _) in zip(blocks, out) if b in found]
-        return stretches + out
+        return [(found[b][0], score, index.blocks[b].id, found[b][1]) for b, (_, score, _, _) in zip(blocks, out)
+                if b in found] + out
     return [c for b, c in zip(blocks, out) if b in found] + [c for b, c in zip(blocks, out) if b not in found]
 
 
-def _mentions(index: ThreadIndex, blocks: Sequence[int], terms: Sequence[str]) -> dict[int, tuple[int, int, int]]:
-    """Per block of `blocks` that has one, the stretch (first row, end row, mention row) around
-    its messages holding the most of the request's words any message holds: from
-    MENTION_BEFORE messages before the first to MENTION_AFTER after the last."""
-    held = index.lexical.coverage(set(terms)) if terms else np.zeros(0, dtype=np.int32)
-    if not len(held) or not held.max():
-        return {}
-    top = held.max()
+def _stretches(index: ThreadIndex, blocks: Sequence[int],
+               mentioned: np.ndarray) -> dict[int, tuple[list[tuple[int, ...]], int]]:
+    """Per block of `blocks` that mentions the thing, its alternatives, largest first (from
+    MENTION_BEFORE messages before its first mention to MENTION_AFTER after its last, then the
+    same around its first mention alone), and the position of its first mention."""
     first, end = index.block_rows
-    named = np.maximum.reduceat(held, first) == top if len(first) else np.zeros(0, dtype=bool)
+    some = np.maximum.reduceat(mentioned, first) if len(first) else np.zeros(0, dtype=bool)
     found = {}
-    for b in (b for b in blocks if named[b]):  # a few of the thread's blocks
+    for b in (b for b in blocks if some[b]):  # a few of the thread's blocks
         lo, hi = int(first[b]), int(end[b])
-        hits = np.flatnonzero(held[lo:hi] == top)
-        if len(hits):
-            found[b] = (max(lo, lo + int(hits[0]) - MENTION_BEFORE), min(hi, lo + int(hits[-1]) + 1 + MENTION_AFTER),
-                        lo + int(hits[0]))
+        hits = lo + np.flatnonzero(mentioned[lo:hi])
+        spans = [(max(lo, int(hits[0]) - MENTION_BEFORE), min(hi, int(hits[-1]) + 1 + MENTION_AFTER)),
+                 (max(lo, int(hits[0]) - MENTION_BEFORE), min(hi, int(hits[0]) + 1 + MENTION_AFTER))]
+        found[b] = [tuple(index.rows[a:z]) for a, z in dict.fromkeys(spans)], index.rows[int(hits[0])]
     return found

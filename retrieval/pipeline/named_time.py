@@ -22,7 +22,7 @@ from semhist.kernel.model import Block, Message
 from .timerange import TimeRange
 
 if TYPE_CHECKING:
-    from .strategies import Candidate
+    from .select import Candidate
 
 STEPS = 32  # shorter alternatives of a stretch, at most: each is priced when packed
 

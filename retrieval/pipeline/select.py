@@ -258,10 +258,14 @@ def unit_cost(thread: Thread, unit: tuple[int, ...], cleared: Collection[int] = 
     return cost - count_message(stored) + count_message(sent) - count_message({"role": "user", "content": request})
 
 
+# (alternatives largest first, cosine shown to the user or None for a time match, block id,
+# the position the search hit or None); candidates are packed in list order, the rank order
+Candidate = tuple[Iterable[tuple[int, ...]], "float | None", "int | None", "int | None"]
+
 LEFT_OUT = 3  # candidates the budget left out, recorded for the turn log
 
 
-def pack(candidates: Iterable[tuple[Iterable[tuple[int, ...]], float | None, int | None, int | None]],
+def pack(candidates: Iterable[Candidate],
          cost: Callable[[int, bool], int], budget: int, exclude: frozenset[int],
          max_groups: int | None = None, count_kept: bool = False) -> tuple[list[Retrieved], list[Retrieved]]:
     """Fill `budget` tokens greedily in rank order; also what the budget left out (the

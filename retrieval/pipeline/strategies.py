@@ -24,15 +24,11 @@ from .assemble import context_overhead, context_cost, fixed_cost, render_context
 from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
 from .listing import LINE_SHARE, about, listed, reserve, unshown
-from .mentions import cover_boost, mentions_first
+from .mentions import cover_boost, mention_rows, mentions_first
 from .named_time import in_range
 from .search import author_boost, block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
-from .select import (Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost, pack,
-                     protected_count, shown_cost, stable_units)
-
-# (alternatives largest first, cosine shown to the user or None for a time match, block id,
-# the position the search hit or None); candidates are packed in list order, the rank order
-Candidate = tuple[Iterable[tuple[int, ...]], "float | None", "int | None", "int | None"]
+from .select import (Candidate, Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost,
+                     pack, protected_count, shown_cost, stable_units)
 
 
 @dataclass(frozen=True)
@@ -154,20 +150,21 @@ class Blocks:
         if long and s.term_cover:  # and the blocks that name its thing
             cover = cover_boost(index, terms)
             boost = cover if boost is None else boost if cover is None else boost + cover
-        mentions = long and s.mentions_first and max_groups is None  # under a budget it fills
+        # under a budget it fills, the rows that mention its thing
+        mentioned = mention_rows(index, terms) if long and s.mentions_first and max_groups is None else None
 
-        def candidates() -> Iterable[Candidate]:  # made afresh for each packing: they are read as packed
+        def candidates(room: int) -> Iterable[Candidate]:  # made afresh for each packing: read as packed
             timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
             if plan.intent == TOPIC:
                 return chain(timed, _topic(index, dense, terms, s, relative=max_groups is not None, boost=boost,
-                                           mentions=budget if mentions else None))
+                                           mentions=None if mentioned is None else (mentioned, room)))
             return chain(timed, _facts(index, dense, terms, s.hit_window, boost=boost))
 
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
             budget -= _memory_cost(thread, mem)
         cost = lambda p, whole: line_cost(thread, p, whole)  # noqa: E731
-        retrieved, left = pack(candidates(), cost, budget, kept, max_groups, count_kept=fresh is not None)
+        retrieved, left = pack(candidates(budget), cost, budget, kept, max_groups, count_kept=fresh is not None)
         named: tuple[int, ...] = ()
         # a topic request under a budget it fills: the stretches about it that did not fit are named,
         # each by a dated line, the budget's last verbatim stretches making room for the lines
@@ -175,7 +172,7 @@ class Blocks:
                                         and max_groups is None and plan.time_range is None) else []
         lines = reserve(index, found, kept | {p for r in retrieved for p in r.message_ids}, budget)
         if lines:
-            retrieved, left = pack(candidates(), cost, budget - lines, kept, max_groups)
+            retrieved, left = pack(candidates(budget - lines), cost, budget - lines, kept, max_groups)
             named = _named(thread, index, found, kept, retrieved, budget)
         if mem is None:
             return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted,
@@ -288,11 +285,13 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
 
 
 def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
-           relative: bool, boost: np.ndarray | None = None, mentions: int | None = None) -> list[Candidate]:
+           relative: bool, boost: np.ndarray | None = None,
+           mentions: tuple[np.ndarray, int] | None = None) -> list[Candidate]:
     """Whole blocks by hybrid block score; a block too big for what is left offers, largest
     first, its topic sub-segment around the best message, shorter stretches around that
-    message, and a window. With `mentions` (the room), the blocks that mention the request's
-    thing come first, or the stretch around each one's mention when they do not fit (mentions.py)."""
+    message, and a window. With `mentions` (the rows that mention the request's thing, the
+    room), the blocks that mention it come first, or the stretch around each one's mentions
+    when they do not fit (mentions.py)."""
     scores = fused_blocks(index, dense, terms)
     if boost is not None:
         scores = scores + boost
@@ -312,7 +311,7 @@ def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
         out.append((_block_and_parts(index, b, row, s.hit_window), float(best_dense[b]), index.blocks[b].id,
                     index.rows[row]))
         ranked.append(int(b))
-    return out if mentions is None else mentions_first(index, out, ranked, terms, mentions)
+    return out if mentions is None else mentions_first(index, out, ranked, *mentions)
 
 
 def _block_and_parts(index: ThreadIndex, b: int, row: int, width: int) -> Iterator[tuple[int, ...]]:

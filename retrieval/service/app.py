@@ -21,7 +21,8 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from semhist.kernel.errors import BackendError, ConfigError, InputError, NotFoundError
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 
 from .. import render
 from semhist import History

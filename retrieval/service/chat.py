@@ -28,7 +28,8 @@ from semhist.kernel.errors import ConfigError, InputError
 from semhist import build_thread
 from semhist.kernel.validate import check_request, content_size, resolve_zone
 from semhist.kernel.model import Message, content_text
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 from semhist.kernel.ids import check_thread_id
 from semhist.kernel.tokens import count_messages
 from semhist.kernel.writers import Writer, as_written

@@ -13,7 +13,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from semhist.kernel.errors import InputError, NotFoundError
-from semhist.kernel.settings import Budget, Settings
+from semhist.kernel.budget import Budget
+from semhist.kernel.settings import Settings
 
 from .. import render
 from .routing import ScopedThread, history_of, in_pool
