@@ -256,7 +256,9 @@ def test_times_are_in_one_named_zone_the_threads_own_by_default(browser, service
     assert "UTC+09:00" in page.inner_text("#zone")
     assert page.locator(".msg .when").first.inner_text() == "29 Jul 2025, 09:00"  # as the thread wrote it
     page.click("#zone-switch")
-    page.wait_for_function("document.querySelector('#zone').innerText.includes('Europe/Berlin')")
+    # A locator waits by selector; wait_for_function would eval a string, which the page's CSP forbids
+    # whenever the first poll finds the switch not yet applied.
+    page.locator("#zone", has_text="Europe/Berlin").wait_for()
     page.wait_for_selector(".msg")
     assert page.locator(".msg .when").first.inner_text() == "29 Jul 2025, 02:00"  # 00:00 UTC in Berlin's summer
     page.goto(service.url + "/ui/#/")
