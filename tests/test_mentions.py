@@ -111,3 +111,80 @@ def test_both_lexical_indexes_count_the_words_a_document_holds():
     docs = [["kyoto", "bus", "bus"], ["kyoto", "compani", "sightse", "bus"], [], ["tea"]]
     query = ["kyoto", "bus", "compani", "sightse", "bus"]
     assert BM25(docs).coverage(query).tolist() == ScanBM25(docs).coverage(query).tolist() == [2, 4, 0, 0]
+
+
+NAMING_DAYS = range(0, 30, 5)
+
+
+def _cut_days(n: int = 30, length: int = 24) -> list[dict]:
+    """`n` days of talk with no pause, each cut into small blocks for their size
+    (`max_block_tokens`); every fifth names the Zanzibar ferry once, the talk going on after it."""
+    rows = []
+    for d in range(n):
+        day = START + timedelta(days=3 * d)
+        for k in range(length):
+            text = (f"About the Zanzibar ferry on day {d}: the 7:30 boat is cancelled, book the 9:00 one."
+                    if k == 12 and d in NAMING_DAYS else f"Day {d}, item {k}: a short update on {FILLER[(d + k) % len(FILLER)]}.")
+            rows.append(_msg(day, 2 * k, "Taro Yamada" if k % 2 == 0 else "bot", text, f"c{d}m{k}"))
+    return rows
+
+
+@pytest.mark.parametrize("run_on,next_blocks", [(True, True), (False, True), (True, False)])
+def test_the_talk_after_a_mention_goes_on_past_a_block_cut_for_its_size(make_history, monkeypatch, run_on, next_blocks):
+    """A block cut for its size leaves the talk after a mention in the next block: when the
+    blocks that mention the thing fit whole, the five messages after each mention come too, the
+    view holding the block after each of its best full-text blocks (history/views.py)."""
+    if not next_blocks:
+        monkeypatch.setattr("semhist.history.views.NEXT_BLOCKS", 0)
+    h = make_history(mentions_run_on=run_on, view_limit=VIEW, max_block_tokens=150)
+    h.add_many("t", _cut_days())
+    ends = {}  # per day, how many messages after the mention its block holds
+    for block in h.store.blocks("t"):
+        said = [m.content for m in h.store.messages("t", ids=list(block.message_ids))]
+        for k, text in enumerate(said):
+            if "Zanzibar ferry on day" in text:
+                ends[int(text.split("day ")[1].split(":")[0])] = len(said) - 1 - k
+    assert len(ends) == 6 and min(ends.values()) < 5, ends  # the blocks cut the talk after it
+    result = h.ask("t", "Summarize what we said about the Zanzibar ferry", budget=Budget.parse("1400"))
+    kept = {result.thread.messages[p].content for p in result.included}
+    said = [row["content"] for row in _cut_days()]
+    after = {d: all(said[24 * d + k] in kept for k in range(12, 18)) for d in NAMING_DAYS}
+    assert all(f"Zanzibar ferry on day {d}" in str(kept) for d in NAMING_DAYS)  # the blocks fit whole
+    if run_on and next_blocks:
+        assert all(after.values()), after
+    else:  # whole blocks cut the talk where they end; or the view lacks the blocks it goes on in
+        assert not all(after.values()), after
+
+
+def test_the_talk_runs_on_no_further_than_a_pause_or_what_the_view_lacks():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from semhist.pipeline.mentions import _run_on
+
+    stamps = [START + timedelta(minutes=m) for m in (0, 1, 2, 3, 4, 5, 30, 31, 32, 33)]
+    index = SimpleNamespace(rows=list(range(10)), gaps=frozenset(), block_rows=(np.array([0, 3]), np.array([3, 10])),
+                            messages=[SimpleNamespace(timestamp=t) for t in stamps],
+                            blocks=[SimpleNamespace(id=7), SimpleNamespace(id=8)])
+    mentioned = np.zeros(10, dtype=bool)
+    mentioned[1] = True
+    runs = lambda pause: [c[0][0] for c in _run_on(index, [(0, 1.0)], mentioned, pause)]  # noqa: E731
+    assert runs(300.0) == [(3, 4, 5)]  # five after the mention (rows 2-6) stop at the 25-minute pause
+    assert runs(3600.0) == [(3, 4, 5, 6)]  # which a longer gap_seconds does not call one
+    index.gaps = frozenset({5})  # the view lacks what comes between rows 4 and 5
+    assert runs(3600.0) == [(3, 4)]
+
+
+def test_when_the_mentions_do_not_fit_the_talk_after_them_comes_after_the_stretches(make_history):
+    """The stretches around the mentions first (they stop at their block's end), then the talk
+    after each mention on into the next block, before any block whole."""
+    said = [row["content"] for row in _cut_days()]
+    after = {}
+    for run_on in (True, False):
+        h = make_history(mentions_run_on=run_on, view_limit=VIEW, max_block_tokens=150)
+        h.add_many(f"t{run_on}", _cut_days())
+        result = h.ask(f"t{run_on}", "Summarize what we said about the Zanzibar ferry", budget=Budget.parse("600"))
+        kept = {result.thread.messages[p].content for p in result.included}
+        after[run_on] = sum(said[24 * d + k] in kept for d in NAMING_DAYS for k in range(13, 18))
+    assert after[True] > after[False], after  # then the talk on past each block's end

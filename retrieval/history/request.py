@@ -141,7 +141,7 @@ def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reac
     vectors = entry.vectors if entry.vectors is not None else NoVectors(entry.thread_id)
     return candidate_view(parts.store, vectors, entry.closed, marker, vector, keywords, parts.embedder.dim,
                           parts.segmenter, recent=parts.settings.recent + 1, listing=parts.settings.list_stretches,
-                          carried=carried)
+                          carried=carried, run_on=parts.settings.mentions_first and parts.settings.mentions_run_on)
 
 
 def _anchor(parts: Parts, entry: Entry, marker: Marker):

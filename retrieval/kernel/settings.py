@@ -148,6 +148,9 @@ class Settings:
     mentions_first: bool = option(True, group=SEARCH, help="blocks, a topic request under a budget: the stretch "
                                                            "around each block's mention of its thing before any "
                                                            "block whole")
+    mentions_run_on: bool = option(True, group=SEARCH, help="blocks, with mentions_first: then the talk "
+                                                            "after each block's last mention, on into the "
+                                                            "next block")
     list_stretches: bool = option(True, group=SEARCH, help="blocks, a topic request under a budget: name each "
                                                            "stretch about it that does not fit by one dated line")
     context_role: str = option("user", group=SEARCH, choices=("user", "system"),

@@ -2,20 +2,24 @@
 
 "What did we say about 京都観光バス株式会社" asks for the talk that names the thing, and on a
 long thread its words one by one are everywhere (京都, バス): a block that holds one of them
-outranks, by dense and BM25 fused, one that names the thing. Two levers for a thread past
-`view_limit` (each a setting, each measured alone and together in benchmarks/horizon.md; on a
+outranks, by dense and BM25 fused, one that names the thing. Three levers for a thread past
+`view_limit` (each a setting, each measured alone and together in benchmarks/horizon*.md; on a
 thread that fits whole they cost JMultiWOZ's threads alone 0.993 -> 0.980 at 25%, so they stay
 off there):
 
 - `term_cover`: blocks that hold the most of the request's distinct words rank first;
 - `mentions_first`: under a budget it fills, the stretch around each block's mention of the
   thing is packed before any block whole, so every stretch about it gets its core before one
-  long dialogue takes the room with what it said about everything else.
+  long dialogue takes the room with what it said about everything else;
+- `mentions_run_on`: next, the talk after each such block's last mention goes on past the
+  block's end, where the block was cut for its size rather than by a pause (a view holds the
+  block after each of its best full-text blocks: history/views.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,19 +60,60 @@ def mention_rows(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     return held == held.max()
 
 
-def mentions_first(index: ThreadIndex, out: list[Candidate], blocks: Sequence[int], mentioned: np.ndarray,
-                   room: int) -> list[Candidate]:
+@dataclass(frozen=True)
+class Mentions:
+    """What mentions_first needs of a request: the rows that mention its thing (mention_rows),
+    the room the packer gets, and, when the talk may run on past a block's end, the pause
+    (seconds) that ends a conversation (None: it stops at the block's end)."""
+
+    rows: np.ndarray
+    room: int
+    run_on: float | None = None
+
+
+def mentions_first(index: ThreadIndex, out: list[Candidate], blocks: Sequence[int], m: Mentions) -> list[Candidate]:
     """The topic candidates `out` (one per block of `blocks`, block numbers in rank order)
-    with the blocks that mention the request's thing (`mentioned`: mention_rows) first: when
-    they do not fit `room` whole, first the stretch around each one's mentions (or, when that
-    does not fit, around its first); when they do, themselves whole."""
-    found = _stretches(index, blocks, mentioned)
+    with the blocks that mention the request's thing first: when they do not fit the room
+    whole, first the stretch around each one's mentions (or, when that does not fit, around its
+    first); when they do, themselves whole. Then (`run_on`) the talk after each one's last
+    mention, on into the next block where the block ends before it does."""
+    found = _stretches(index, blocks, m.rows)
     if not found:
         return out
-    if sum(index.blocks[b].tokens for b in found) > room:
+    on = [] if m.run_on is None else _run_on(index, [(b, score) for b, (_, score, _, _) in zip(blocks, out)
+                                                     if b in found], m.rows, m.run_on)
+    if sum(index.blocks[b].tokens for b in found) > m.room:
         return [(found[b][0], score, index.blocks[b].id, found[b][1]) for b, (_, score, _, _) in zip(blocks, out)
-                if b in found] + out
-    return [c for b, c in zip(blocks, out) if b in found] + [c for b, c in zip(blocks, out) if b not in found]
+                if b in found] + on + out
+    return [c for b, c in zip(blocks, out) if b in found] + on + [c for b, c in zip(blocks, out) if b not in found]
+
+
+def _run_on(index: ThreadIndex, found: Sequence[tuple[int, float]], mentioned: np.ndarray,
+            pause: float) -> list[Candidate]:
+    """Per block of `found` (block, score) whose last mention is within MENTION_AFTER messages
+    of its end: the messages after its end up to MENTION_AFTER after that mention, as far as the
+    view holds them unbroken and no pause longer than `pause` seconds parts them."""
+    first, end = index.block_rows
+    out: list[Candidate] = []
+    for b, score in found:
+        lo, hi = int(first[b]), int(end[b])
+        last = lo + int(np.flatnonzero(mentioned[lo:hi])[-1])
+        stop, z = min(len(index.rows), last + 1 + MENTION_AFTER), hi
+        while z < stop and _follows(index, z, pause):
+            z += 1
+        if z > hi:
+            out.append(([tuple(index.rows[hi:z])], score, index.blocks[b].id, index.rows[hi]))
+    return out
+
+
+def _follows(index: ThreadIndex, row: int, pause: float) -> bool:
+    """Whether row `row` continues the talk of the row before it: the thread holds nothing
+    between them that the view lacks, and no pause longer than `pause` seconds parts them."""
+    before, at = index.rows[row - 1], index.rows[row]
+    if any(p in index.gaps for p in range(before + 1, at + 1)):
+        return False
+    t0, t1 = index.messages[before].timestamp, index.messages[at].timestamp
+    return t0 is None or t1 is None or (t1 - t0).total_seconds() <= pause
 
 
 def _stretches(index: ThreadIndex, blocks: Sequence[int],

@@ -24,7 +24,7 @@ from .assemble import context_overhead, context_cost, fixed_cost, render_context
 from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
 from .listing import LINE_SHARE, about, listed, reserve, unshown
-from .mentions import cover_boost, mention_rows, mentions_first
+from .mentions import Mentions, cover_boost, mention_rows, mentions_first
 from .named_time import in_range
 from .search import author_boost, block_max, dense_rows, fused_blocks, fused_rows, score_messages, searched_terms
 from .select import (Candidate, Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost,
@@ -157,7 +157,8 @@ class Blocks:
             timed = _in_range(thread, index, plan, s.gap_seconds) if plan.time_range is not None else []
             if plan.intent == TOPIC:
                 return chain(timed, _topic(index, dense, terms, s, relative=max_groups is not None, boost=boost,
-                                           mentions=None if mentioned is None else (mentioned, room)))
+                                           mentions=None if mentioned is None else Mentions(
+                                               mentioned, room, s.gap_seconds if s.mentions_run_on else None)))
             return chain(timed, _facts(index, dense, terms, s.hit_window, boost=boost))
 
         mem = inp.memory
@@ -286,12 +287,11 @@ def _in_range(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap_secon
 
 def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
            relative: bool, boost: np.ndarray | None = None,
-           mentions: tuple[np.ndarray, int] | None = None) -> list[Candidate]:
+           mentions: Mentions | None = None) -> list[Candidate]:
     """Whole blocks by hybrid block score; a block too big for what is left offers, largest
     first, its topic sub-segment around the best message, shorter stretches around that
-    message, and a window. With `mentions` (the rows that mention the request's thing, the
-    room), the blocks that mention it come first, or the stretch around each one's mentions
-    when they do not fit (mentions.py)."""
+    message, and a window. With `mentions`, the blocks that mention the request's thing come
+    first, or the stretch around each one's mentions when they do not fit (mentions.py)."""
     scores = fused_blocks(index, dense, terms)
     if boost is not None:
         scores = scores + boost
@@ -311,7 +311,7 @@ def _topic(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
         out.append((_block_and_parts(index, b, row, s.hit_window), float(best_dense[b]), index.blocks[b].id,
                     index.rows[row]))
         ranked.append(int(b))
-    return out if mentions is None else mentions_first(index, out, ranked, *mentions)
+    return out if mentions is None else mentions_first(index, out, ranked, mentions)
 
 
 def _block_and_parts(index: ThreadIndex, b: int, row: int, width: int) -> Iterator[tuple[int, ...]]:
