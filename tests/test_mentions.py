@@ -124,7 +124,8 @@ def _cut_days(n: int = 30, length: int = 24) -> list[dict]:
         day = START + timedelta(days=3 * d)
         for k in range(length):
             text = (f"About the Zanzibar ferry on day {d}: the 7:30 boat is cancelled, book the 9:00 one."
-                    if k == 12 and d in NAMING_DAYS else f"Day {d}, item {k}: a short update on {FILLER[(d + k) % len(FILLER)]}.")
+                    if k == 12 and d in NAMING_DAYS
+                    else f"Day {d}, item {k}: a short update on {FILLER[(d + k) % len(FILLER)]}.")
             rows.append(_msg(day, 2 * k, "Taro Yamada" if k % 2 == 0 else "bot", text, f"c{d}m{k}"))
     return rows
 
@@ -163,22 +164,28 @@ def test_the_talk_runs_on_no_further_than_a_pause_or_what_the_view_lacks():
 
     from semhist.pipeline.mentions import _run_on
 
-    stamps = [START + timedelta(minutes=m) for m in (0, 1, 2, 3, 4, 5, 30, 31, 32, 33)]
-    index = SimpleNamespace(rows=list(range(10)), gaps=frozenset(), block_rows=(np.array([0, 3]), np.array([3, 10])),
+    # position 0 is an operator message (no row): rows 0-9 are positions 1-10
+    stamps = [START] + [START + timedelta(minutes=m) for m in (0, 1, 2, 3, 4, 5, 30, 31, 32, 33)]
+    index = SimpleNamespace(rows=list(range(1, 11)), gaps=frozenset(), block_rows=(np.array([0, 3]), np.array([3, 10])),
+                            row_block=np.array([0, 0, 0, 1, 1, 1, 1, 1, 1, 1]),
                             messages=[SimpleNamespace(timestamp=t) for t in stamps],
                             blocks=[SimpleNamespace(id=7), SimpleNamespace(id=8)])
     mentioned = np.zeros(10, dtype=bool)
     mentioned[1] = True
-    runs = lambda pause: [c[0][0] for c in _run_on(index, [(0, 1.0)], mentioned, pause)]  # noqa: E731
-    assert runs(300.0) == [(3, 4, 5)]  # five after the mention (rows 2-6) stop at the 25-minute pause
-    assert runs(3600.0) == [(3, 4, 5, 6)]  # which a longer gap_seconds does not call one
-    index.gaps = frozenset({5})  # the view lacks what comes between rows 4 and 5
-    assert runs(3600.0) == [(3, 4)]
+    found = lambda pause: _run_on(index, [(0, 1.0)], mentioned, pause)  # noqa: E731
+    runs = lambda pause: [c[0][0] for c in found(pause)]  # noqa: E731
+    assert runs(300.0) == [(4, 5, 6)]  # five after the mention (rows 2-6) stop at the 25-minute pause
+    assert [(c[2], c[3]) for c in found(300.0)] == [(8, None)]  # the next block's, none of them a hit
+    assert runs(3600.0) == [(4, 5, 6, 7)]  # which a longer gap_seconds does not call one
+    index.gaps = frozenset({6})  # the view lacks what comes between rows 4 and 5
+    assert runs(3600.0) == [(4, 5)]
+    index.gaps, index.rows = frozenset(), [1, 2, 3, 4, 5, 0, 7, 8, 9, 10]  # a late message stamped long ago
+    assert runs(3600.0) == [(4, 5)]
 
 
-def test_when_the_mentions_do_not_fit_the_talk_after_them_comes_after_the_stretches(make_history):
+def test_when_the_mentions_do_not_fit_the_talk_after_them_still_runs_on(make_history):
     """The stretches around the mentions first (they stop at their block's end), then the talk
-    after each mention on into the next block, before any block whole."""
+    after each mention on into the next block, before any block whole: more of it is kept."""
     said = [row["content"] for row in _cut_days()]
     after = {}
     for run_on in (True, False):

@@ -60,7 +60,7 @@ def mention_rows(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     return held == held.max()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # an array field: compared by identity
 class Mentions:
     """What mentions_first needs of a request: the rows that mention its thing (mention_rows),
     the room the packer gets, and, when the talk may run on past a block's end, the pause
@@ -101,8 +101,8 @@ def _run_on(index: ThreadIndex, found: Sequence[tuple[int, float]], mentioned: n
         stop, z = min(len(index.rows), last + 1 + MENTION_AFTER), hi
         while z < stop and _follows(index, z, pause):
             z += 1
-        if z > hi:
-            out.append(([tuple(index.rows[hi:z])], score, index.blocks[b].id, index.rows[hi]))
+        if z > hi:  # the next block's messages, none of them a hit (a tool result stays as shown)
+            out.append(([tuple(index.rows[hi:z])], score, index.blocks[int(index.row_block[hi])].id, None))
     return out
 
 
@@ -110,7 +110,8 @@ def _follows(index: ThreadIndex, row: int, pause: float) -> bool:
     """Whether row `row` continues the talk of the row before it: the thread holds nothing
     between them that the view lacks, and no pause longer than `pause` seconds parts them."""
     before, at = index.rows[row - 1], index.rows[row]
-    if any(p in index.gaps for p in range(before + 1, at + 1)):
+    # a row before its predecessor is the open block's late message stamped long ago
+    if at <= before or any(p in index.gaps for p in range(before + 1, at + 1)):
         return False
     t0, t1 = index.messages[before].timestamp, index.messages[at].timestamp
     return t0 is None or t1 is None or (t1 - t0).total_seconds() <= pause
