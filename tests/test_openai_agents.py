@@ -147,3 +147,17 @@ def test_planted_text_stays_data_in_the_runs_input(make_history):
     asyncio.run(Runner.run(agent, REQUEST, session=s, run_config=RunConfig(session_input_callback=s.prompt)))
     shown = check_prompt([m for m in model.inputs[0] if isinstance(m, dict) and "role" in m], *CORPUS)
     assert len(shown) == len(CORPUS), {c["id"] for c in CORPUS} - shown
+
+
+def test_a_reply_the_same_as_one_in_the_prompt_is_stored_too(session):
+    """The prompt hands the SDK earlier replies; the SDK does not hand them back to be stored,
+    so a new reply that says the same words was once taken for one of them and dropped."""
+    h, before = session.history, session.history.store.count(session.thread)
+    model = PlayedBack([[said("一蘭です。", "msg_a")], [said("一蘭です。", "msg_b")]])
+    agent = Agent(name="ramen", instructions="Answer from the conversation.", model=model)
+    for request in (RAMEN_REQUEST, "どの店でしたっけ？"):
+        asyncio.run(Runner.run(agent, request, session=session,
+                               run_config=RunConfig(session_input_callback=session.prompt)))
+    stored = h.store.messages(session.thread)[before:]
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", RAMEN_REQUEST), ("assistant", "一蘭です。"), ("user", "どの店でしたっけ？"), ("assistant", "一蘭です。")]

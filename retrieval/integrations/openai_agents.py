@@ -82,6 +82,9 @@ class SemhistSession:
                 last["id"] = f"{last['id']},{item.get('call_id')}"[:500]
                 continue
             messages.append({**message, "id": key} if key else message)
+        # what `prompt` handed out comes back, if at all, in the first save after it (the new
+        # input's); held longer, a new reply saying the words of an earlier one was dropped
+        self._handed = Counter()
         if messages:
             await asyncio.to_thread(_shared.store, self.history, self.thread, messages)
 
