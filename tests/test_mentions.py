@@ -177,6 +177,8 @@ def test_the_talk_runs_on_no_further_than_a_pause_or_what_the_view_lacks():
     assert runs(300.0) == [(4, 5, 6)]  # five after the mention (rows 2-6) stop at the 25-minute pause
     assert [(c[2], c[3]) for c in found(300.0)] == [(8, None)]  # the next block's, none of them a hit
     assert runs(3600.0) == [(4, 5, 6, 7)]  # which a longer gap_seconds does not call one
+    # two reaches: the shorter run of every block first, then the longer (it adds only what is new)
+    assert [c[0][0] for c in _run_on(index, [(0, 1.0)], mentioned, 300.0, (2, 5))] == [(4,), (4, 5, 6)]
     index.gaps = frozenset({6})  # the view lacks what comes between rows 4 and 5
     assert runs(3600.0) == [(4, 5)]
     index.gaps, index.rows = frozenset(), [1, 2, 3, 4, 5, 0, 7, 8, 9, 10]  # a late message stamped long ago
@@ -195,3 +197,42 @@ def test_when_the_mentions_do_not_fit_the_talk_after_them_still_runs_on(make_his
         kept = {result.thread.messages[p].content for p in result.included}
         after[run_on] = sum(said[24 * d + k] in kept for d in NAMING_DAYS for k in range(13, 18))
     assert after[True] > after[False], after  # then the talk on past each block's end
+
+
+def test_when_the_mention_blocks_fit_whole_the_talk_runs_on_further(make_history, monkeypatch):
+    """With room to spare after every block that mentions the thing, the talk after each
+    mention runs on RUN_ON_FITS messages rather than MENTION_AFTER: that room would otherwise
+    go to blocks that never name it."""
+    said = [row["content"] for row in _cut_days()]
+    kept_after = {}
+    for fits in (10, 5):
+        monkeypatch.setattr("semhist.pipeline.mentions.RUN_ON_FITS", fits)
+        h = make_history(view_limit=VIEW, max_block_tokens=150)
+        h.add_many(f"t{fits}", _cut_days())
+        result = h.ask(f"t{fits}", "Summarize what we said about the Zanzibar ferry", budget=Budget.parse("2000"))
+        kept = {result.thread.messages[p].content for p in result.included}
+        kept_after[fits] = sum(said[24 * d + k] in kept for d in NAMING_DAYS for k in range(18, 23))
+    assert kept_after[10] > kept_after[5], kept_after
+
+
+@pytest.mark.parametrize("budget,more", [(None, False), ("1000b", False), ("1400", True)])
+def test_a_view_reads_the_next_blocks_only_for_a_request_packed_to_its_budget(make_history, monkeypatch, budget,
+                                                                             more):
+    """The blocks after the best full-text blocks serve `mentions_first` alone, which acts
+    under a budget the request is packed up to: a request without one, or the cache layout
+    going on from its last prompt, reads as many blocks as a view that never reads them."""
+    read = {}
+    for next_blocks in (8, 0):
+        h = make_history(view_limit=VIEW, max_block_tokens=150)
+        t = f"t{next_blocks}"
+        h.add_many(t, _cut_days())
+        if budget == "1000b":  # a first prompt for the cache layout to go on from
+            h.ask(t, "Summarize what we said about the Zanzibar ferry", budget=Budget.parse(budget))
+        h.parts.executor.submit(lambda: None).result()  # the vectors built in the background: one view
+        monkeypatch.setattr("semhist.history.views.NEXT_BLOCKS", next_blocks)
+        blocks, counted = h.store.blocks, []
+        monkeypatch.setattr(h.store, "blocks", lambda *a, **k: counted.append(len(a[1])) or blocks(*a, **k))
+        h.ask(t, "Summarize what we said about the Zanzibar ferry",
+              budget=None if budget is None else Budget.parse(budget))
+        read[next_blocks] = sum(counted)
+    assert (read[8] > read[0] > 0) if more else (read[8] == read[0] > 0), read

@@ -94,7 +94,7 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
         reach = None if get_strategy(name).uses_search else reach_for(asker, name, budget, request, marker)
         carried = Carried.from_turns(logged, name) if cache else None
         with entry.lock:
-            index = _searched(parts, entry, marker, vector, keywords, reach, carried)
+            index = _searched(parts, entry, marker, vector, keywords, reach, carried, _fills(settings, budget, carried))
             viewed = time.perf_counter()
             applied, raised = _floored(asker, index, request, budget, as_stored)
             needs = memory_needs(name, settings)
@@ -104,7 +104,7 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
         with entry.lock:
             if memory is not None and index.whole:
                 index = _searched(parts, entry, parts.store.marker(thread_id) or marker, vector, keywords, reach,
-                                  carried)
+                                  carried, _fills(settings, budget, carried))
             result = asker.ask(index, request, strategy=name, budget=applied, keywords=keywords,
                                vector=vector, memory=memory, as_stored=as_stored,
                                carried=carried, elsewhere=found)
@@ -127,11 +127,17 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
     return out
 
 
+def _fills(settings: Settings, budget: Budget | None, carried: Carried | None) -> bool:
+    """Whether `blocks` packs this request up to its budget, where `mentions_first` acts: a
+    budget, `fill_budget`, and no earlier prompt the cache layout goes on from."""
+    return budget is not None and settings.fill_budget and (carried is None or carried.start is None)
+
+
 def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None,
-              carried: Carried | None = None) -> ThreadIndex:
+              carried: Carried | None = None, fills: bool = False) -> ThreadIndex:
     """What this request reads: the whole thread, or of a long thread a candidate view
     (searching strategies; holding what the cache layout's last prompt held, `carried`) or its
-    end as far back as `reach` (the others)."""
+    end as far back as `reach` (the others). `fills`: a budget the request is packed up to."""
     parts.states.current(entry, marker)
     if entry.index is not None:
         return entry.index
@@ -141,7 +147,8 @@ def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reac
     vectors = entry.vectors if entry.vectors is not None else NoVectors(entry.thread_id)
     return candidate_view(parts.store, vectors, entry.closed, marker, vector, keywords, parts.embedder.dim,
                           parts.segmenter, recent=parts.settings.recent + 1, listing=parts.settings.list_stretches,
-                          carried=carried, run_on=parts.settings.mentions_first and parts.settings.mentions_run_on)
+                          carried=carried,
+                          run_on=fills and parts.settings.mentions_first and parts.settings.mentions_run_on)
 
 
 def _anchor(parts: Parts, entry: Entry, marker: Marker):

@@ -13,7 +13,8 @@ off there):
   long dialogue takes the room with what it said about everything else;
 - `mentions_run_on`: next, the talk after each such block's last mention goes on past the
   block's end, where the block was cut for its size rather than by a pause (a view holds the
-  block after each of its best full-text blocks: history/views.py).
+  block after each of its best full-text blocks when the request has a budget it fills:
+  history/views.py), further when every mention block fits whole.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ COVER_BONUS = 1.0 / (RRF_K + 1)
 # The stretch around a block's mentions: from this many messages before the first to this many
 # after the last. Chosen on JMultiWOZ's first 36 threads (2 / 5 against 1 / 3, 2 / 9, 3 / 14).
 MENTION_BEFORE, MENTION_AFTER = 2, 5
+# How far the talk after a block's last mention runs on into the next block when every mention
+# block fits whole (MENTION_AFTER where the room does not hold that): the room left would go to
+# blocks that never name the thing. Chosen on JMultiWOZ's first 36 threads (benchmarks/horizon.md).
+RUN_ON_FITS = 10
 
 def cover_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     """Per block: COVER_BONUS where a block holds the most of the request's distinct words;
@@ -76,33 +81,38 @@ def mentions_first(index: ThreadIndex, out: list[Candidate], blocks: Sequence[in
     with the blocks that mention the request's thing first: when they do not fit the room
     whole, first the stretch around each one's mentions (or, when that does not fit, around its
     first); when they do, themselves whole. Then (`run_on`) the talk after each one's last
-    mention, on into the next block where the block ends before it does."""
+    mention, on into the next block where the block ends before it does: MENTION_AFTER
+    messages on, and when the blocks fit whole then on to RUN_ON_FITS."""
     found = _stretches(index, blocks, m.rows)
     if not found:
         return out
+    fits = sum(index.blocks[b].tokens for b in found) <= m.room
     on = [] if m.run_on is None else _run_on(index, [(b, score) for b, (_, score, _, _) in zip(blocks, out)
-                                                     if b in found], m.rows, m.run_on)
-    if sum(index.blocks[b].tokens for b in found) > m.room:
+                                                     if b in found], m.rows, m.run_on,
+                                             (MENTION_AFTER, RUN_ON_FITS) if fits else (MENTION_AFTER,))
+    if not fits:
         return [(found[b][0], score, index.blocks[b].id, found[b][1]) for b, (_, score, _, _) in zip(blocks, out)
                 if b in found] + on + out
     return [c for b, c in zip(blocks, out) if b in found] + on + [c for b, c in zip(blocks, out) if b not in found]
 
 
 def _run_on(index: ThreadIndex, found: Sequence[tuple[int, float]], mentioned: np.ndarray,
-            pause: float) -> list[Candidate]:
-    """Per block of `found` (block, score) whose last mention is within MENTION_AFTER messages
-    of its end: the messages after its end up to MENTION_AFTER after that mention, as far as the
-    view holds them unbroken and no pause longer than `pause` seconds parts them."""
+            pause: float, reach: Sequence[int] = (MENTION_AFTER,)) -> list[Candidate]:
+    """Per block of `found` (block, score) whose last mention is within `n` messages of its end,
+    for each `n` of `reach` in turn: the messages after its end up to `n` after that mention, as
+    far as the view holds them unbroken and no pause longer than `pause` seconds parts them.
+    Every block's shorter run comes before any block's longer one (it costs only what is new)."""
     first, end = index.block_rows
     out: list[Candidate] = []
-    for b, score in found:
-        lo, hi = int(first[b]), int(end[b])
-        last = lo + int(np.flatnonzero(mentioned[lo:hi])[-1])
-        stop, z = min(len(index.rows), last + 1 + MENTION_AFTER), hi
-        while z < stop and _follows(index, z, pause):
-            z += 1
-        if z > hi:  # the next block's messages, none of them a hit (a tool result stays as shown)
-            out.append(([tuple(index.rows[hi:z])], score, index.blocks[int(index.row_block[hi])].id, None))
+    for n in sorted(reach):
+        for b, score in found:
+            lo, hi = int(first[b]), int(end[b])
+            last = lo + int(np.flatnonzero(mentioned[lo:hi])[-1])
+            stop, z = min(len(index.rows), last + 1 + n), hi
+            while z < stop and _follows(index, z, pause):
+                z += 1
+            if z > hi:  # the next block's messages, none of them a hit (a tool result stays as shown)
+                out.append(([tuple(index.rows[hi:z])], score, index.blocks[int(index.row_block[hi])].id, None))
     return out
 
 
