@@ -38,7 +38,8 @@ COVER_BONUS = 1.0 / (RRF_K + 1)
 MENTION_BEFORE, MENTION_AFTER = 2, 5
 # How far the talk after a block's last mention runs on into the next block when every mention
 # block fits whole (MENTION_AFTER where the room does not hold that): the room left would go to
-# blocks that never name the thing. Chosen on JMultiWOZ's first 36 threads (benchmarks/horizon.md).
+# blocks that never name the thing. Chosen on JMultiWOZ's first 36 threads (10 against 5, 8, 20:
+# docs/guides/strategies.md, "The thing a request names").
 RUN_ON_FITS = 10
 
 def cover_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
