@@ -24,7 +24,7 @@ from ..pipeline import AskResult, Asker, get_strategy
 from ..pipeline.asker import ANSWER_GUIDANCE, answer_reminder
 from ..pipeline.assemble import floor_cost
 from ..pipeline.elsewhere import Excerpt
-from ..pipeline.select import Carried
+from ..pipeline.select import Carried, goes_on
 from .parts import Parts
 from .states import Entry
 from .timeview import on_their_clocks
@@ -130,7 +130,7 @@ def compare(parts: Parts, current: Callable[[], tuple[Entry, Marker]], thread_id
 def _fills(settings: Settings, budget: Budget | None, carried: Carried | None) -> bool:
     """Whether `blocks` packs this request up to its budget, where `mentions_first` acts: a
     budget, `fill_budget`, and no earlier prompt the cache layout goes on from."""
-    return budget is not None and settings.fill_budget and (carried is None or carried.start is None)
+    return budget is not None and settings.fill_budget and not goes_on(carried)
 
 
 def _searched(parts: Parts, entry: Entry, marker: Marker, vector, keywords, reach: Reach | None = None,

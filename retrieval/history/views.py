@@ -35,7 +35,7 @@ from ..pipeline.asker import BUDGETED, Asker
 from ..pipeline.assemble import fixed_cost
 from ..pipeline.keyword import TOPIC, KeywordResult
 from ..pipeline.listing import MAX_LINES
-from ..pipeline.select import PROTECTED_UNITS, Carried
+from ..pipeline.select import PROTECTED_UNITS, Carried, goes_on
 from ..pipeline.toolresults import placeholder
 from .timeview import conversation_blocks
 
@@ -171,7 +171,7 @@ def _region(store: StoreReader, thread_id: str, carried: Carried | None) -> list
     """The cache layout's turns: from where the last prompt's started to the thread's end. The
     view holds them (and what they carried), or its prompt would start again every turn and the
     provider's cache would hold nothing of it. More than `REGION_MESSAGES`: none (it starts again)."""
-    if carried is None or carried.start is None:
+    if not goes_on(carried):
         return []
     first = store.messages(thread_id, ids=[carried.start])
     last = store.messages(thread_id, last=1)

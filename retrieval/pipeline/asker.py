@@ -24,7 +24,7 @@ from .assemble import Prompt, fit, fixed_cost
 from .elsewhere import Excerpt, elsewhere_cost, within
 from .keyword import KeywordResult, extract_keywords
 from .search import embed_query
-from .select import Carried, MemoryResult
+from .select import Carried, MemoryResult, goes_on
 from .strategies import get_strategy, strategy_input
 from .toolresults import ClearedResults
 
@@ -147,7 +147,7 @@ class Asker:
         request, as_stored = neutral(request), neutral(as_stored) if as_stored is not None else None
         full = self.full_tokens(index, request)
         limit = self.limit(index, request, strategy, budget)
-        if budget is not None and budget.billed and (carried is None or carried.start is None):
+        if budget is not None and budget.billed and not goes_on(carried):
             limit = int(budget.value)  # no earlier prompt to read from the cache: all of it is billed
         start = time.perf_counter()
         if strat.uses_search:
@@ -160,7 +160,7 @@ class Asker:
         # the cache layout's steps keep an earlier prompt's start; with none (the first ask, a
         # file) the prompt is chosen as in the head layout, the retrieval put last
         layout = s.layout_for(budget)
-        following = layout == "cache" and carried is not None and carried.start is not None
+        following = layout == "cache" and goes_on(carried)
         billed = int(budget.value) if budget is not None and budget.billed and following else None
         step = s.recent_step if following else 1
         elsewhere = within(elsewhere, limit) if strat.uses_search else ()

@@ -104,17 +104,17 @@ def _run_on(index: ThreadIndex, found: Sequence[tuple[int, float]], mentioned: n
     far as the view holds them unbroken and no pause longer than `pause` seconds parts them.
     Every block's shorter run comes before any block's longer one (it costs only what is new)."""
     first, end = index.block_rows
-    out: list[Candidate] = []
-    for n in sorted(reach):
-        for b, score in found:
-            lo, hi = int(first[b]), int(end[b])
-            last = lo + int(np.flatnonzero(mentioned[lo:hi])[-1])
-            stop, z = min(len(index.rows), last + 1 + n), hi
-            while z < stop and _follows(index, z, pause):
-                z += 1
-            if z > hi:  # the next block's messages, none of them a hit (a tool result stays as shown)
-                out.append(([tuple(index.rows[hi:z])], score, index.blocks[int(index.row_block[hi])].id, None))
-    return out
+    walked = []  # per block: its end, how far the talk runs on, its last mention, its score
+    for b, score in found:
+        lo, hi = int(first[b]), int(end[b])
+        last = lo + int(np.flatnonzero(mentioned[lo:hi])[-1])
+        stop, z = min(len(index.rows), last + 1 + max(reach)), hi
+        while z < stop and _follows(index, z, pause):
+            z += 1
+        walked.append((hi, z, last, score))
+    # the next block's messages, none of them a hit (a tool result stays as shown)
+    return [([tuple(index.rows[hi:e])], score, index.blocks[int(index.row_block[hi])].id, None)
+            for n in sorted(reach) for hi, z, last, score in walked if (e := min(z, last + 1 + n)) > hi]
 
 
 def _follows(index: ThreadIndex, row: int, pause: float) -> bool:

@@ -91,6 +91,12 @@ class Carried:
         return cls()
 
 
+def goes_on(carried: Carried | None) -> bool:
+    """Whether the cache layout has an earlier prompt to go on from (else a prompt is chosen as
+    in the head layout: the first ask of a thread, a file)."""
+    return carried is not None and carried.start is not None
+
+
 @dataclass(frozen=True)
 class Selection:
     """What a strategy keeps: retrieved groups (best first) and verbatim history units."""
