@@ -339,3 +339,47 @@ def test_the_forwarded_body_keeps_planted_text_as_data(proxy):
         extra_headers={"X-Semhist-Budget": "2500"})
     shown = check_prompt(relay.bodies[-1]["messages"], *CORPUS)
     assert len(shown) == len(CORPUS), set(c["id"] for c in CORPUS) - shown
+
+
+REMINDER = "Answer in one short sentence."
+QUESTIONS = ["What is the capital of France?", "And of Japan?", "Which of the two is larger?",
+             "Name a river in the first.", "Thanks. Anything else to add?"]
+
+
+def _whole_history_client(send, reminder_role: str) -> list[str]:
+    """A client that sends its whole history each turn and a format reminder after the user's
+    turn, as frameworks do; returns the replies."""
+    history: list[dict] = [{"role": "system", "content": "You are a helpful assistant."}]
+    replies = []
+    for question in QUESTIONS:
+        history.append({"role": "user", "content": question})
+        reply = send([*history, {"role": reminder_role, "content": REMINDER}])
+        replies.append(reply)
+        history += [{"role": reminder_role, "content": REMINDER}, {"role": "assistant", "content": reply}]
+    return replies
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_a_trailing_system_message_reaches_the_model_once_and_is_not_stored(proxy):
+    """Issue 53: `[system, user, system "Answer in one short sentence."]` reached the model with
+    the reminder again as the last user message, and each turn stored another copy."""
+    from semhist.llm.server import MODEL_NAME
+
+    server, relay = proxy
+    sdk = client(server, "reminded")
+    seen = []
+
+    def send(messages):
+        reply = sdk.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=8, temperature=0)
+        seen.append(relay.bodies[-1]["messages"])
+        return reply.choices[0].message.content or ""
+
+    _whole_history_client(send, "system")
+    for question, body in zip(QUESTIONS, seen):
+        assert [m for m in body if m["role"] == "user"][-1] == {"role": "user", "content": question}
+        assert body[-1] == {"role": "system", "content": REMINDER}
+        assert sum(REMINDER in json.dumps(m) for m in body) == 1, body
+    assert count(server, "reminded") == 2 * len(QUESTIONS)  # each question and reply, no reminder
+    turns = httpx.get(server.url + "/v1/threads/reminded/log", timeout=30).json()
+    assert len(turns) == len(QUESTIONS)

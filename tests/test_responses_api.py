@@ -130,3 +130,41 @@ def test_the_openai_client_gets_responses_on_semhists_prompt_whole_and_streamed(
     # both turns and both replies stored once, in order
     assert [r for r, _ in said] == ["user", "assistant", "user", "assistant", "user", "assistant"]
     assert said[3][1] == whole.output_text and said[5][1] == streamed
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_a_trailing_developer_item_reaches_the_model_once_and_is_not_stored(tmp_path, cache_dir, llm_server):
+    """Issue 53: a Responses request whose input ends with a developer item after the user's
+    sent its text again as the last user message and stored a copy every turn."""
+    import openai
+
+    from semhist.llm.server import MODEL_NAME
+
+    from .test_chat_proxy import QUESTIONS, REMINDER, _whole_history_client
+
+    relay = Recorder(llm_server)
+    env = {"SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir)}
+    server = Process(["serve", "--upstream", relay.url], env, tmp_path / "serve.log")
+    seen = []
+    try:
+        sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600,
+                            default_headers={"X-Semhist-Thread": "reminded"})
+
+        def send(messages):
+            reply = sdk.responses.create(model=MODEL_NAME, input=messages, max_output_tokens=16)
+            seen.append(relay.bodies[-1]["input"])
+            return reply.output_text
+
+        _whole_history_client(send, "developer")
+        listed = {t["thread"]: t["messages"] for t in httpx.get(server.url + "/v1/threads", timeout=30).json()}
+    finally:
+        server.stop()
+        relay.close()
+    assert "Traceback" not in server.output()
+    for question, items in zip(QUESTIONS, seen):
+        users = [i for i in items if i.get("role") == "user"]
+        assert users[-1]["content"] == question
+        assert items[-1]["role"] == "developer" and items[-1]["content"] == REMINDER
+        assert sum(REMINDER in json.dumps(i) for i in items) == 1, items
+    assert listed["reminded"] == 2 * len(QUESTIONS)

@@ -154,3 +154,72 @@ def test_the_format_characters_are_every_one_unicode_knows():
 
 def test_the_operator_writer_is_the_default():
     assert OPERATOR == Writer() and OPERATOR.label == "operator" and Writer("token", "bot-a").label == "token:bot-a"
+
+
+REMINDER = "Answer in one short sentence."
+QUESTIONS = ["What is the capital of France?", "And of Japan?", "Which is larger?", "When was it founded?",
+             "Thanks. Anything else?"]
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_trailing_instruction_reaches_the_model_once_and_is_never_stored(make_history, role, trusted):
+    """A framework's reminder after the user's turn (issue 53): a whole-history client over 5
+    turns. Each turn the model gets the user's question as the last user message and the
+    reminder once, after it; the thread stores the conversation and no copy of the reminder."""
+    from semhist.service.chat import prepare
+
+    h = make_history(operator_writers="operator,proxy") if trusted else make_history()
+    history: list[dict] = []
+    for n, question in enumerate(QUESTIONS):
+        history.append({"role": "user", "content": question})
+        body = {"model": "m", "messages": [{"role": "system", "content": "You are helpful."}, *history,
+                                           {"role": role, "content": REMINDER}]}
+        sent = prepare(h, h.settings, "p", body, writer=Writer("proxy")).body["messages"]
+        users = [m for m in sent if m["role"] == "user"]
+        assert users[-1] == {"role": "user", "content": question}
+        assert sent[-1] == {"role": role, "content": REMINDER}
+        assert sum(REMINDER in json.dumps(m, ensure_ascii=False) for m in sent) == 1, sent
+        reply = f"Answer {n}."
+        h.add_many("p", [{"role": "assistant", "content": reply}])  # the proxy stores the model's reply
+        history += [{"role": role, "content": REMINDER}, {"role": "assistant", "content": reply}]  # kept by the client
+    stored = h.store.messages("p")
+    assert [(m.role, m.content) for m in stored] == [
+        pair for n, q in enumerate(QUESTIONS) for pair in (("user", q), ("assistant", f"Answer {n}."))]
+
+
+def test_an_instruction_before_a_user_message_is_still_conversation(make_history):
+    """One that prefaces the user's next turn ("from now on...") is kept as today: quoted
+    history from the proxy; the trailing one after it is this request's alone."""
+    from semhist.service.chat import for_the_reply
+
+    said = [{"role": "system", "content": "lead"}, {"role": "user", "content": "q1"},
+            {"role": "system", "content": "trailing 1"}, {"role": "assistant", "content": "a1"},
+            {"role": "developer", "content": "from now on, in French"}, {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                   "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "{}"}, {"role": "system", "content": "trailing 2"}]
+    assert [i for i in range(len(said)) if for_the_reply(said, i)] == [2, 8]
+
+
+def test_an_idempotency_key_belongs_to_its_writer(make_history):
+    """A scoped token that takes a key first does not make the operator's later message under
+    it vanish (issue 53: the operator got `added: 0` for a message nobody stored); each
+    writer's retry is still a no-op, and the token forgets by its own key."""
+    from semhist.service.access import Grant
+    from semhist.kernel.writers import scoped_key
+
+    h = make_history()
+    bot = Grant("bot-a", ("acme:",)).writer()
+    assert bot.keys == "bot-a" and Grant("operator").writer().keys is None
+    first = h.add_many("acme:t", [{"role": "user", "content": "planted under the operator's key", "id": "act-1"}],
+                       writer=bot)
+    assert first.added == 1
+    mine = h.add_many("acme:t", [{"role": "user", "content": "the operator's message", "id": "act-1"}])
+    assert mine.added == 1 and mine.every_id[0] != first.every_id[0]
+    assert h.add_many("acme:t", [{"role": "user", "content": "again", "id": "act-1"}]).added == 0
+    assert h.add_many("acme:t", [{"role": "user", "content": "again", "id": "act-1"}], writer=bot).added == 0
+    assert h.store.id_of("acme:t", "act-1") == mine.every_id[0]
+    assert h.store.id_of("acme:t", scoped_key("act-1", bot)) == first.every_id[0]
+    other = Grant("bot-b", ("acme:",)).writer("mcp")
+    assert h.add_many("acme:t", [{"role": "user", "content": "b's", "id": "act-1"}], writer=other).added == 1

@@ -21,6 +21,7 @@ from .scopes import ScopeMixin
 from . import partitions
 from .migrations import MIGRATIONS, script
 from semhist.kernel.ids import check_thread_id
+from semhist.kernel.writers import KEY_SCOPE_SEPARATOR
 
 from .records import (AppendResult, StaleRules, ClosedBlock, Marker, NewMessage, StoredBlock, StoredMessage,
                       ThreadInfo)
@@ -337,7 +338,8 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
 
     def id_of(self, thread_id: str, source_key: str | None) -> int:
         """The id of the message stored with this source key."""
-        if not isinstance(source_key, str) or not source_key.isprintable():  # never stored: no NUL, no surrogate
+        # never stored: no NUL, no surrogate (a scoped writer's key has one separator, kernel/writers.py)
+        if not isinstance(source_key, str) or not source_key.replace(KEY_SCOPE_SEPARATOR, "", 1).isprintable():
             raise NotFoundError(f"thread {thread_id} holds no message with key {source_key!r}")
         with self._read() as cur:
             cur.execute(self._sql("SELECT id FROM messages WHERE thread_id = ? AND source_key = ?"),

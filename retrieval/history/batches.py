@@ -12,7 +12,7 @@ from typing import Any
 from semhist.kernel.errors import InputError
 from semhist.kernel.ids import MAX_KEY
 from semhist.kernel.model import Message
-from semhist.kernel.writers import Writer, as_written
+from semhist.kernel.writers import Writer, as_written, scoped_key
 
 
 def prepared(messages: Sequence[Mapping[str, Any]], writer: Writer, trusted: frozenset[str]
@@ -31,7 +31,7 @@ def prepared(messages: Sequence[Mapping[str, Any]], writer: Writer, trusted: fro
                                 or not key.isprintable()):  # no NUL, no lone surrogate
             raise InputError(f"message {i}, field 'id': expected a non-empty string of at most {MAX_KEY} "
                              "printable characters", index=i, field="id")
-        keys.append(key)
+        keys.append(scoped_key(key, writer))
         written, demoted = as_written(m, writer, trusted)
         if demoted:
             quoted.append(i)

@@ -22,14 +22,30 @@ OPERATOR_ROLES = ("system", "developer")
 @dataclass(frozen=True)
 class Writer:
     """Who writes: `kind` (operator, token, mcp, proxy; settings.WRITER_KINDS) and, for a
-    token, its name. `label` is what the store and the turn log record."""
+    token, its name. `label` is what the store and the turn log record. `keys`: whose
+    idempotency keys it writes under (a scoped token's name; None: the operator's)."""
 
     kind: str = "operator"
     name: str | None = None
+    keys: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.kind}:{self.name}" if self.name else self.kind
+
+
+# Between a scope and a key: not printable, so no key a client sends (they are checked
+# printable) can spell another writer's scope.
+KEY_SCOPE_SEPARATOR = "\x1f"
+
+
+def scoped_key(key: str | None, writer: Writer) -> str | None:
+    """The key as stored: a scoped token's keys are its own, so one that takes a key first
+    cannot make the operator's (or another token's) later message under it a no-op. The
+    operator's are stored as given (the library, the CLI and the Teams agent write them)."""
+    if key is None or writer.keys is None:
+        return key
+    return f"{writer.keys}{KEY_SCOPE_SEPARATOR}{key}"
 
 
 OPERATOR = Writer()

@@ -54,7 +54,8 @@ class Grant:
         tokens, on loopback), else `kind` under the token's name (kernel/writers.py)."""
         if self.everything and kind == "token":
             return OPERATOR_WRITER
-        return Writer(kind, None if self is OPEN else self.name)
+        scoped = self is not OPEN and not self.everything  # its idempotency keys are its own
+        return Writer(kind, None if self is OPEN else self.name, self.name if scoped else None)
 
     def user_thread(self, user: str, secret: bytes) -> str:
         """The thread for an OpenAI `user`: a keyed digest, never the name itself (an e-mail

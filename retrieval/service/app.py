@@ -27,6 +27,7 @@ from semhist.kernel.settings import Settings
 from .. import render
 from semhist import History
 from semhist.kernel.ids import MAX_KEY
+from semhist.kernel.writers import scoped_key
 from . import errors
 from .access import Access, Grant
 from .errors import Forbidden, TooLarge, Unauthorized
@@ -197,7 +198,8 @@ def _threads_api(settings: Settings) -> APIRouter:
                        by: Literal["id", "key"] = "id") -> Forgotten:
         """Forget one message, by the id the POST returned or (`?by=key`) by the caller's own id."""
         history = history_of(request)
-        mid = history.store.id_of(thread_id, message_id) if by == "key" else _int_id(message_id)
+        mid = history.store.id_of(thread_id, scoped_key(message_id, request.state.grant.writer())) if by == "key" \
+            else _int_id(message_id)
         if not history.store.messages(thread_id, ids=[mid]):
             raise NotFoundError(f"thread {thread_id!r} holds no message {mid}")
         return Forgotten(thread=thread_id, forgotten=history.forget(thread_id, ids=[mid]))

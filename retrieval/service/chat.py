@@ -11,7 +11,9 @@ model. A client changes its `base_url` and nothing else:
    asked), and the reply is stored before the client can see the end of it.
 
 Leading system/developer messages are the client's instructions for this request: used as
-the prompt's system prompt, not stored as part of the conversation.
+the prompt's system prompt, not stored as part of the conversation. So are the ones after the
+last user message (a format reminder, a guardrail): forwarded once, where the client put them,
+never stored, and in a whole-history client's later requests passed over (`for_the_reply`).
 """
 
 from __future__ import annotations
@@ -107,20 +109,23 @@ def prepare(history: History, settings: Settings, thread_id: str, body: dict[str
             raise TooLarge(f"messages[{i}].content: {content_size(m.get('content'))} characters; at most "
                            f"{settings.max_message_chars}", index=i, field="content")
     lead = next((i for i, m in enumerate(sent) if m.get("role") not in INSTRUCTIONS), len(sent))
-    conversation = [_said_nothing(m) for m in sent[lead:]]
-    users = [i for i, m in enumerate(conversation) if m.get("role") == "user"]
+    said = [_said_nothing(m) for m in sent]
+    users = [i for i in range(lead, len(sent)) if said[i].get("role") == "user"]
     if not users:
         raise InputError("messages: no user message after the system messages", field="messages")
-    current = users[-1]
+    turn = [_forwarded(m) for m in said[users[-1]:]]  # the current turn, forwarded as the client put it
+    positions = [i for i in range(lead, len(sent)) if not for_the_reply(said, i)]
+    conversation = [said[i] for i in positions]
+    current = positions.index(users[-1])
     # as it will be stored (a later system message quoted), so the next request's copy lines up with it
     parsed = _parsed(settings, thread_id, [as_written(m, writer, settings.trusted_writers)[0] for m in conversation],
-                     offset=lead)
+                     positions)
     check_request(parsed[current].content, settings.max_message_chars)
     with _lock(thread_id):  # two requests for one thread must not both store its turn
         added = _store_unseen(history, settings, thread_id, conversation, parsed, current, writer)
     result = history.ask(thread_id, parsed[current].content, strategy=strategy, budget=budget,
                          system_prompt=_instructions(sent[:lead]))
-    prompt = end_with_turn(list(result.prompt.messages), [_forwarded(m) for m in conversation[current:]])
+    prompt = end_with_turn(list(result.prompt.messages), turn)
     out = {k: v for k, v in body.items() if k != "messages"}
     out["messages"] = prompt
     out["model"] = body.get("model") or model
@@ -168,8 +173,23 @@ def _said_nothing(m: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
-def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any]], offset: int) -> list[Message]:
-    """The messages validated as `add` validates them (a bad one stores none)."""
+def for_the_reply(messages: Sequence[Mapping[str, Any]], i: int) -> bool:
+    """Whether message `i` is an instruction for the reply that follows it: a system or
+    developer message after the conversation's start with no user message after it before
+    the next reply (or the request's end). A framework's format reminder or guardrail is
+    sent that way, each turn anew; it belongs to that request alone. One before a user
+    message ("from now on, answer in French") is part of the conversation (quoted history
+    unless the operator trusts the proxy)."""
+    if messages[i].get("role") not in INSTRUCTIONS or all(m.get("role") in INSTRUCTIONS for m in messages[:i]):
+        return False
+    after = next((m.get("role") for m in messages[i + 1:] if m.get("role") not in INSTRUCTIONS), None)
+    return after != "user"
+
+
+def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any]],
+            positions: Sequence[int]) -> list[Message]:
+    """The messages validated as `add` validates them (a bad one stores none); an error names
+    the message by its place in the request (`positions`)."""
     now = datetime.now(timezone.utc).isoformat()
     raw = [{**{k: v for k, v in m.items() if k != "id" and v is not None}, "timestamp": m.get("timestamp") or now}
            for m in conversation]
@@ -178,7 +198,7 @@ def _parsed(settings: Settings, thread_id: str, conversation: list[dict[str, Any
                                  max_chars=settings.max_message_chars)
     except InputError as exc:
         index = getattr(exc, "index", None)
-        raise InputError(str(exc), index=None if index is None else index + offset,
+        raise InputError(str(exc), index=None if index is None else positions[index],
                          field=getattr(exc, "field", None)) from exc
     return list(thread.messages)
 
