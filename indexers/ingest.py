@@ -20,7 +20,7 @@ from .embed import PASSAGE, Embedder, embed_or_fail
 from .lexical import tokenize
 from semhist.kernel.errors import InputError
 from semhist.kernel.model import Message, embedding_text, message_text
-from .pii import RULES, Masker, mask_message, masker_from_setting
+from .pii import RULES, Masker, identifiers, mask_message, masker_from_setting
 from .segment import Segmenter, drift_history
 from .store import AppendResult, ClosedBlock, NewMessage, SQLStore, StaleRules, StoredMessage
 from semhist.kernel.tokens import count_message
@@ -66,17 +66,21 @@ def masker_of(rules: tuple[str, ...]) -> Masker | None:
     return Masker(rules) if rules else None
 
 
-def check_identifiers(thread_id: str, keys: Sequence[str | None], masker: Masker, **more: str | None) -> None:
+def check_identifiers(thread_id: str, keys: Sequence[str | None], masker: Masker,
+                      messages: Sequence[Message] = (), **more: str | None) -> None:
     """With masking on, an identifier holding personal data is refused: the thread id, a
-    caller's message key, and any other identifier stored with a thread (`more`: its tenant,
-    its channel). Identifiers are stored, listed, logged, matched and echoed in headers as they
-    are, so they cannot be masked (the proxy makes its ids from an OpenAI `user` as keyed
-    digests instead). One rule for every identifier: a field added later passes through here."""
+    caller's message key, the identifiers the messages carry (`pii.identifiers`: tool-call ids,
+    the call a tool result answers, file ids) and any other identifier stored with a thread
+    (`more`: its tenant, its channel). Identifiers are stored, listed, logged, matched and
+    echoed as they are, so they cannot be masked (the proxy makes its ids from an OpenAI `user`
+    as keyed digests instead). One rule for every identifier: a field added later passes
+    through here. The refusal quotes the value masked, never as sent."""
     named = [("thread_id", None, thread_id), *(("id", i, k) for i, k in enumerate(keys)),
+             *((field_name, m.index, value) for m in messages for field_name, value in identifiers(m)),
              *((name, None, value) for name, value in more.items())]
     for field_name, index, value in named:
         if value and masker(value) != value:
-            where = f"message {index}, field 'id':" if index is not None else field_name.replace("_", " ")
+            where = f"message {index}, field {field_name!r}:" if index is not None else field_name.replace("_", " ")
             raise InputError(f"{where} {masker(value)!r} holds personal data, which this thread's masking (--pii) "
                              "keeps out of the store: name it without (e.g. a digest)", index=index, field=field_name)
 
@@ -140,6 +144,9 @@ class Ingestor:
         batch in flight, and running again completes the rest). `manifest` is written with
         the first batch, so a write that fails leaves no empty thread behind."""
         keys = list(keys) if keys is not None else [None] * len(messages)
+        masker = self.masker(self.store.pii(thread_id)) if len(messages) > self.batch_size else None
+        if masker:  # each batch checks its own too; this keeps a refusal in a later one from leaving the first stored
+            check_identifiers(thread_id, keys, masker, messages)
         ids: list[int] = []
         every: list[int] = []
         writes: list[AppendResult] = []
@@ -168,7 +175,7 @@ class Ingestor:
     def _store_with(self, rules: tuple[str, ...], thread_id: str, todo: list, manifest: dict | None) -> AppendResult:
         masker = masker_of(rules)
         if masker:
-            check_identifiers(thread_id, [k for _, k in todo], masker)
+            check_identifiers(thread_id, [k for _, k in todo], masker, [m for m, _ in todo])
         rows = self.prepare([m for m, _ in todo], [k for _, k in todo], masker)
         return self.store.append(thread_id, rows, self.embedder.id, self.segment_tail,
                                  manifest=manifest, pii=",".join(rules) or None)

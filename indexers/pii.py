@@ -254,37 +254,70 @@ def masker_from_setting(value: str | None) -> Masker | None:
 
 
 def mask_message(msg: Message, masker: Masker) -> Message:
-    """The message with its text, name, tool-call arguments and text parts masked."""
+    """The message with its text, name, tool-call names and arguments and its parts masked.
+    Of its tool calls and parts only the fields the chat-completions API defines are kept: a
+    field semhist does not know (a provider's extension, a field added later) cannot be told
+    free of personal data, so it is dropped, never stored as sent. Identifiers (`identifiers`)
+    stay as they are: they pair a call with its result, so the store refuses one that holds
+    personal data (ingest.check_identifiers) instead of masking it."""
     calls = tuple(_mask_call(c, masker) for c in msg.tool_calls) if msg.tool_calls else None
     verbatim = msg.verbatim
     if verbatim and "content" in verbatim:
-        verbatim = {**verbatim, "content": [_mask_part(p, masker) for p in verbatim["content"]]}
+        parts = _mask_parts(verbatim["content"], masker)
+        verbatim = {**{k: v for k, v in verbatim.items() if k != "content"}, **({"content": parts} if parts else {})} \
+            or None
     return Message(msg.index, msg.role, masker(msg.content), msg.timestamp,
                    masker(msg.name) if msg.name else msg.name, calls, msg.tool_call_id, verbatim, writer=msg.writer)
 
 
+def identifiers(msg: Message) -> Iterator[tuple[str, str]]:
+    """(field, value) of every identifier a message carries: its tool calls' ids, the id of the
+    call a tool result answers, the files its parts name. Masking keeps these as sent (a masked
+    id would no longer pair, and two ids masked alike would be one), so each passes the one
+    identifier rule instead. A field that names something is listed here, or mask_message
+    does not keep it."""
+    for n, call in enumerate(msg.tool_calls or ()):
+        if isinstance(call.get("id"), str):
+            yield f"tool_calls[{n}].id", call["id"]
+    if isinstance(msg.tool_call_id, str):
+        yield "tool_call_id", msg.tool_call_id
+    for n, part in enumerate((msg.verbatim or {}).get("content", ())):
+        inner = part.get("file") if part.get("type") == "file" else None
+        if isinstance(inner, dict) and isinstance(inner.get("file_id"), str):
+            yield f"content[{n}].file.file_id", inner["file_id"]
+
+
 def _mask_call(call: dict, masker: Masker) -> dict:
-    fn = call.get("function")
-    if not isinstance(fn, dict):
-        return call
-    if isinstance(fn.get("name"), str) and masker(fn["name"]) != fn["name"]:  # a tool named after someone
-        fn = {**fn, "name": masker(fn["name"])}
-        call = {**call, "function": fn}
-    if not isinstance(fn.get("arguments"), str):
-        return call
-    raw = fn["arguments"]
+    """{"id", "type", "function": {"name", "arguments"}} and nothing else (validation made sure
+    they are there), the name and the arguments masked."""
+    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    function = {}
+    if isinstance(fn.get("name"), str):  # a tool named after someone
+        function["name"] = masker(fn["name"])
+    if isinstance(fn.get("arguments"), str):
+        function["arguments"] = _mask_arguments(fn["arguments"], masker)
+    return {**{k: call[k] for k in ("id", "type") if isinstance(call.get(k), str)}, "function": function}
+
+
+def _mask_arguments(raw: str, masker: Masker) -> str:
     try:  # value by value, so {"card": 4111111111111111} stays JSON
         parsed = json.loads(raw)
         masked = _mask_value(parsed, masker)
-        arguments = raw if masked == parsed else json.dumps(masked, ensure_ascii=False)  # untouched: as sent
+        return raw if masked == parsed else json.dumps(masked, ensure_ascii=False)  # untouched: as sent
     except (ValueError, RecursionError):
-        arguments = masker(raw)
-    return call if arguments == raw else {**call, "function": {**fn, "arguments": arguments}}
+        return masker(raw)
 
 
 def _mask_value(value: Any, masker: Masker) -> Any:
     if isinstance(value, dict):
-        return {k: _mask_value(v, masker) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            masked, n = masker(key), 1
+            while masked in out:  # {"a@x.jp": 1, "b@y.jp": 2}: two keys masked alike keep both values
+                n += 1
+                masked = f"{masker(key)} ({n})"
+            out[masked] = _mask_value(item, masker)
+        return out
     if isinstance(value, list):
         return [_mask_value(v, masker) for v in value]
     if isinstance(value, str):
@@ -295,17 +328,42 @@ def _mask_value(value: Any, masker: Masker) -> Any:
     return value
 
 
-def _mask_part(part: dict, masker: Masker) -> dict:
-    """Text parts, and the names and links other parts carry (a file named after its owner)."""
+INLINE_NOTE = "inline data, not kept with masking on"
+
+
+def _mask_parts(parts: list[dict], masker: Masker) -> list[dict] | None:
+    """The parts masked, those masking cannot keep left out; None when only text is left (the
+    message's content then is its text, and the prompt knows the stored request by it: a note
+    beside it would make it another message, sent twice). A message left with no part keeps
+    a note saying what was there (its content cannot be empty)."""
+    masked = [_mask_part(p, masker) for p in parts]
+    kept = [p for p in masked if isinstance(p, dict)]
+    if not kept:
+        return [{"type": "text", "text": " ".join(p for p in masked if isinstance(p, str))}]
+    return None if all(p["type"] in ("text", "refusal") for p in kept) else kept
+
+
+def _mask_part(part: dict, masker: Masker) -> dict | str:
+    """A part as the API defines it, masked: text; an image by its link; a file by its id (an
+    identifier) and its masked name. Inline data (a `data:` URL, a file's bytes, a recording)
+    is not kept: no rule can read it for personal data. A part not kept is a note saying what
+    was there."""
     kind = part.get("type")
     if kind in ("text", "refusal"):
-        return {**part, kind: masker(part[kind])}
-    inner = part.get(kind)
-    if not isinstance(inner, dict):
-        return part
-    url = inner.get("url")
-    if isinstance(url, str) and not url.startswith("data:") and masker(url) != url:
-        # a masked link fetches nothing and the API would refuse the prompt: say what was there
-        return {"type": "text", "text": f"[{kind.removesuffix('_url')}: its link held personal data]"}
-    name = inner.get("filename")
-    return {**part, kind: {**inner, "filename": masker(name)}} if isinstance(name, str) else part
+        return {"type": kind, kind: masker(part[kind])}
+    inner = part.get(kind) if isinstance(part.get(kind), dict) else {}
+    label = str(kind).removesuffix("_url").removeprefix("input_")
+    if kind == "image_url" and isinstance(inner.get("url"), str):
+        url = inner["url"]
+        if url.lstrip().lower().startswith("data:"):
+            return f"[{label}: {INLINE_NOTE}]"
+        if masker(url) != url:  # a masked link fetches nothing
+            return f"[{label}: its link held personal data]"
+        detail = {"detail": masker(inner["detail"])} if isinstance(inner.get("detail"), str) else {}
+        return {"type": kind, kind: {"url": url, **detail}}
+    if kind == "file":
+        name = {"filename": masker(inner["filename"])} if isinstance(inner.get("filename"), str) else {}
+        if isinstance(inner.get("file_id"), str):
+            return {"type": kind, kind: {"file_id": inner["file_id"], **name}}
+        return f"[file {name['filename']}: {INLINE_NOTE}]" if name else f"[{label}: {INLINE_NOTE}]"
+    return f"[{label}: {INLINE_NOTE}]"  # a recording (input_audio), or a part not in the API's form
