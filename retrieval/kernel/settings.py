@@ -234,10 +234,18 @@ class Settings:
     max_connections: int = option(1000, group=SERVICE, help="connections per worker that have sent a request; "
                                                             "beyond, new requests are answered 503 (JSON). "
                                                             "Connections still sending their first headers "
-                                                            "have a bucket of the same size of their own")
-    max_pending_per_client: int = option(32, group=SERVICE, help="connections one client address may hold "
-                                                                 "open before its first request's headers are "
-                                                                 "in; beyond, 503 and closed")
+                                                            "have a bucket of the same size of their own: "
+                                                            "when full, a newcomer closes the oldest of the "
+                                                            "client holding the most")
+    max_pending_per_client: int = option(32, group=SERVICE, help="connections one client address (an IPv6 "
+                                                                 "/64) may hold open before its first request's "
+                                                                 "headers are in; a newer one closes its oldest "
+                                                                 "(503)")
+    # 64 KB: nginx's default for a request head is 8 KB per line and 32 KB in all; 64 leaves room
+    # for a long bearer token and proxy headers, and bounds what a streamed head holds
+    max_header_kb: int = option(64, group=SERVICE, help="largest request line and headers (and a chunked "
+                                                        "body's framing) in KB, refused as they arrive: 414 "
+                                                        "for a URL, 431 for headers, and closed")
     upstream_timeout: float = option(600.0, group=SERVICE, help="seconds to wait for the upstream's answer "
                                                                 "(a local model on a busy CPU takes minutes)")
     tokens_file: Path | None = option(None, group=SERVICE, shown="none",
@@ -282,7 +290,8 @@ class Settings:
                     "utterance_k", "history_budget", "context_tokens", "llm_timeout", "view_limit",
                     "ann_threshold", "batch_size", "cache_threads", "cache_mb", "max_body_kb", "max_batch",
                     "max_message_chars", "upstream_timeout", "answer_tokens", "tool_clear_step", "recent_step",
-                    "header_timeout", "body_timeout", "keep_alive", "max_connections", "max_pending_per_client")
+                    "header_timeout", "body_timeout", "keep_alive", "max_connections", "max_pending_per_client",
+                    "max_header_kb")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

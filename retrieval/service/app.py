@@ -86,6 +86,8 @@ def create_app(settings: Settings | None = None, history: History | None = None)
                               "any OpenAI-compatible model (POST /v1/chat/completions).")
     errors.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=settings.max_body_kb * 1024)
+    # outside the body's reader: a request without a valid token is refused before its body is read
+    app.add_middleware(errors.TokenGate, valid=None if access.open else (lambda token: access.grant(token) is not None))
     app.add_middleware(Timing, sink=metrics())
     app.state.access = access
     auth = Depends(_bearer)
@@ -216,8 +218,7 @@ async def _bearer(request: Request, credentials: HTTPAuthorizationCredentials | 
     """The grant of the request's token, kept on the request for the routes' thread checks."""
     grant = request.app.state.access.grant(credentials.credentials if credentials else None)
     if grant is None:
-        raise Unauthorized("missing or wrong bearer token (Authorization: Bearer $SEMHIST_API_TOKEN, or a "
-                           "token from SEMHIST_TOKENS_FILE)")
+        raise Unauthorized(errors.NO_TOKEN)
     request.state.grant = grant
     return grant
 

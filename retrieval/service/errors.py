@@ -7,6 +7,7 @@ traceback (an unexpected error is logged and answered as a 500 without details).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,6 +22,8 @@ from semhist.kernel.errors import (
 log = logging.getLogger("semhist.service")
 
 TOO_LARGE = 413
+NO_TOKEN = ("missing or wrong bearer token (Authorization: Bearer $SEMHIST_API_TOKEN, or a token from "
+            "SEMHIST_TOKENS_FILE)")
 
 
 class TooLarge(TooLargeError):
@@ -156,6 +159,47 @@ class BodyLimit:
         response = error_response(TOO_LARGE, "too_large", f"the request body is larger than {self.max_bytes // 1024} KB "
                                                           "(SEMHIST_MAX_BODY_KB)")
         await response(scope, receive, send)
+
+
+def bearer_token(value: bytes | None) -> str | None:
+    """The token of an `Authorization: Bearer …` header's value."""
+    scheme, _, token = (value or b"").decode("latin-1").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+class TokenGate:
+    """ASGI middleware, with tokens configured (`valid` given). A request that carries a body
+    is answered 401 before any of it is read, unless its token is valid: the body used to be read
+    whole first (BodyLimit), so 1,000 slow bodies without a token held every served connection
+    (connections.py) for the body deadline. And an answer to a request without a valid token
+    closes its connection: the routes open without one (/healthz, the inspector's page) would
+    otherwise let such a client hold served places for the keep-alive time."""
+
+    def __init__(self, app: Any, valid: Callable[[str | None], bool] | None):
+        self.app, self.valid = app, valid
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or self.valid is None:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        if self.valid(bearer_token(headers.get(b"authorization"))):
+            await self.app(scope, receive, send)
+            return
+        if headers.get(b"content-length", b"0").strip() not in (b"", b"0") or b"transfer-encoding" in headers:
+            response = error_response(401, "unauthorized", NO_TOKEN,
+                                      headers={"WWW-Authenticate": "Bearer", "Connection": "close"})
+            await response(scope, receive, send)
+            return
+
+        async def closing(message) -> None:
+            if message["type"] == "http.response.start":
+                given = list(message.get("headers") or ())
+                if not any(name.lower() == b"connection" for name, _ in given):
+                    message = {**message, "headers": [*given, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
 
 
 def install(app: FastAPI) -> None:

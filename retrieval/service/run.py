@@ -60,10 +60,9 @@ def serve(settings: Settings, overrides: Mapping[str, Any], *, host: str, port: 
     for stale in Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or "/nonexistent").glob("*.db"):
         stale.unlink()  # figures of an earlier run would be added to this one's
     log.info("store %s; %d worker(s) on http://%s:%d", redact(settings.db_url), workers, host, port)
-    from .connections import guarded_protocol
+    from .connections import room_for_connections, uvicorn_options
 
+    room_for_connections(settings)
     uvicorn.run("semhist.service.app:app_from_env", factory=True, host=host, port=port, workers=workers,
                 access_log=access_log, log_level="info", timeout_graceful_shutdown=10,
-                timeout_keep_alive=settings.keep_alive, limit_concurrency=settings.max_connections,
-                # no WebSocket route: an upgrade would hand the socket past the connection caps
-                http=guarded_protocol(), ws="none")
+                **uvicorn_options(settings))
