@@ -333,10 +333,10 @@ def test_the_forwarded_body_keeps_planted_text_as_data(proxy):
     server, relay = proxy
     httpx.post(server.url + "/v1/threads/planted/messages", json={"messages": planted_thread(CORPUS)},
                timeout=120).raise_for_status()
-    # a budget that holds every planted message (36 of them; the default retrieval share holds 33)
+    # a budget that holds every planted message (59 of them: 2500 holds 53, 4000 all)
     client(server, "planted").chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": REQUEST}], max_tokens=1, temperature=0,
-        extra_headers={"X-Semhist-Budget": "2500"})
+        extra_headers={"X-Semhist-Budget": "4000"})
     shown = check_prompt(relay.bodies[-1]["messages"], *CORPUS)
     assert len(shown) == len(CORPUS), set(c["id"] for c in CORPUS) - shown
 

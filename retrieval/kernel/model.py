@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .quoting import neutral, reserved, visible
+from .quoting import neutral, plain_name, reserved, visible
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,6 +45,13 @@ class Message:
     cleared: str | None = field(default=None, compare=False)
     # Who stored an operator message (a system one): kernel/writers.py. Never sent.
     writer: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        # A Message carries no time zone to read text on: a time as text would fail far from
+        # here (the first isoformat()). load, build_thread and History.add read ISO text.
+        if self.timestamp is not None and not isinstance(self.timestamp, datetime):
+            raise InputError(f"Message: timestamp must be a datetime or None, got {type(self.timestamp).__name__} "
+                             "(build_thread, load and History.add read ISO 8601 text)", field="timestamp")
 
     def to_openai(self) -> dict[str, Any]:
         """This message as an OpenAI chat `messages` entry (tool calls and parts as given),
@@ -86,13 +94,23 @@ def _neutral_call(call: dict[str, Any]) -> dict[str, Any]:
 
 # The chat-completions API refuses a `name` with whitespace or any of < | \ / > (its pattern is
 # ^[^\s<|\\/>]+$), and Teams display names have spaces: "Taro Yamada" goes out as "Taro_Yamada".
-_NAME_REFUSED = re.compile(r"[\s<|\\/>]+")
+# A template may print the name into the prompt, so it keeps what a line's label keeps plainly
+# (kernel/quoting.py): letters, digits and marks that read as no bracket or colon, and _ - . '.
+_NAME_KEPT = frozenset("_-.'")
+_NAME_CUT = re.compile("\x00+")
 
 
 def api_name(name: str) -> str | None:
-    """A speaker's name as the API accepts it (at most 64 characters), None when nothing is left
-    or when it reads as a role ("system"): the message's role is what it is."""
-    clean = _NAME_REFUSED.sub("_", visible(name)).strip("_")[:64]
+    """A speaker's name as the API accepts it (at most 64 characters; anything else as "_"), None
+    when nothing is left or when it reads as a role ("system"): the message's role is what it is."""
+    return _api_name(name[:1024])  # the cache keeps no more of a name than could reach the 64
+
+
+@lru_cache(maxsize=4096)
+def _api_name(name: str) -> str | None:
+    kept = "".join(c if c in _NAME_KEPT or (unicodedata.category(c)[0] in "LNM" and plain_name(c)) else "\x00"
+                   for c in visible(name))
+    clean = _NAME_CUT.sub("_", kept).strip("_")[:64]
     return clean if clean and not reserved(clean) else None
 
 

@@ -9,13 +9,17 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from semhist.kernel.lookalikes import READS_AS
 from semhist.kernel.quoting import FORMAT_CHARS, reserved, speaker
 from semhist.kernel.writers import Writer, as_written
 
 CORPUS = json.loads((Path(__file__).parent / "corpus.json").read_text())["cases"]
 IDS = [c["id"] for c in CORPUS]
 REQUEST = "What did we decide about the budget?"
-_LESS, _GREATER = "<＜﹤‹〈⟨❮˂❬⧼〈", ">＞﹥›〉⟩❯˃❭⧽〉"
+# What a reader takes for < and >: what Unicode's confusables data reads so, and the brackets
+# probes found that the data leaves out (angle brackets, ornaments, precedes, arrowheads).
+_LESS = READS_AS["<"] + "〈⟨〈❬⧼❰≺˱"
+_GREATER = READS_AS[">"] + "〉⟩〉❭⧽❱≻˲"
 _CONTROL = re.compile(r"<[|｜]|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>|\[/?SYSTEM_PROMPT\]", re.I)
 _TAG = re.compile(r"<\s*/?\s*(retrieved_history|channel_history|conversation_summary|user_statements)\b", re.I)
 _OPERATOR_LINE = re.compile(r"(system|developer)\b", re.I)
@@ -60,11 +64,12 @@ _INVISIBLE = re.compile(f"[{FORMAT_CHARS}]")
 
 
 def _normal(text: str) -> str:
-    """What a reader (or a model) takes the text for: width folded, format characters unseen,
-    look-alikes of < > / as themselves."""
-    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    """What a reader (or a model) takes the text for: width folded, format characters and
+    combining marks unseen, look-alikes of < > / as themselves."""
+    text = unicodedata.normalize("NFKD", _INVISIBLE.sub("", text))
+    text = unicodedata.normalize("NFKC", "".join(c for c in text if not unicodedata.category(c).startswith("M")))
     return text.translate({ord(c): "<" for c in _LESS} | {ord(c): ">" for c in _GREATER}
-                          | {ord(c): "/" for c in "⁄∕⧸"})
+                          | {ord(c): "/" for c in READS_AS["/"]})
 
 
 def _texts(message: dict[str, Any]) -> list[str]:
