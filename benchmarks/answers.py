@@ -36,7 +36,7 @@ from semhist.evaluate import evaluate, sample_queries
 from semhist.llm import make_llm
 from semhist.scoring import make_judge
 
-from common import JMULTIWOZ, LOCOMO, LOCOMO_CATEGORIES, SAMPLES, RecordedLLM, add_out, facts_named, save
+from common import LOCOMO_CATEGORIES, SAMPLES, RecordedLLM, add_data, add_out, data_file, facts_named, save
 
 FACTS = SAMPLES / "answer_facts.json"
 ALL = ["full", "window", "token-budget", "summary", "structured", "utterances", "blocks"]
@@ -114,12 +114,13 @@ def run(args) -> dict:
     strategies = args.strategies or EVAL_STRATEGIES
     if "locomo" in args.parts:
         threads = [replace(t, queries=tuple(q for q in t.queries if q.category in LOCOMO_CATEGORIES))
-                   for t in load(LOCOMO).threads]
+                   for t in load(data_file("locomo.jsonl")).threads]
         threads = [t for t in threads if not args.thread or t.id in args.thread]
         results["locomo"] = benchmark(settings, llm, judge, f"LoCoMo-{args.locomo}",
                                       sample_queries(threads, args.locomo), strategies, args.budget)
     if "jmultiwoz" in args.parts:
-        threads = [t for t in load(JMULTIWOZ).threads if not args.thread or t.id in args.thread]
+        threads = [t for t in load(data_file("jmultiwoz_threads.jsonl")).threads
+                   if not args.thread or t.id in args.thread]
         results["jmultiwoz"] = benchmark(settings, llm, None, f"JMultiWOZ-{args.jmultiwoz}",
                                          sample_queries(threads, args.jmultiwoz), strategies, args.budget)
     return results
@@ -171,6 +172,7 @@ def main() -> None:
     parser.add_argument("--thread", action="append", help="only this thread's questions (repeatable)")
     parser.add_argument("--cache-dir")
     add_out(parser)
+    add_data(parser)
     args = parser.parse_args()
     results = run(args)
     save(results, args.out, "answers", markdown)

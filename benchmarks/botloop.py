@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (HOME_CACHE, ROOT, ReadyVectors, add_out, corpus, fresh_pg, out_file, pct, read_json, rss_mb, table,
-                    teams_shape, teams_turn, write_json)
+from common import (HOME_CACHE, ROOT, ReadyVectors, add_data, add_out, corpus, fresh_pg, out_file, pct, read_json,
+                    rss_mb, table, teams_shape, teams_turn, write_json)
 
 BUDGET = "2000"
 
@@ -276,6 +276,7 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/semhist-botloop")
     p.add_argument("--cache-dir", default=str(HOME_CACHE))
     add_out(p)
+    add_data(p)  # the LoCoMo the big threads repeat
     p.add_argument("--one", nargs=3, metavar=("CASE", "N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()
     global SHAPE, VIEW_LIMIT

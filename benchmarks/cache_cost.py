@@ -50,7 +50,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from common import JMULTIWOZ, LOCOMO, add_out, save, table, teams_shape
+from common import add_data, add_out, data_file, save, table, teams_shape
 
 STRATEGIES = ("full", "window", "token-budget", "utterances", "blocks")
 SETS = ("locomo", "jmultiwoz", "joined", "merged", "japanese")
@@ -66,11 +66,11 @@ def _threads(sets: list[str], conversations: int):
     from semhist.kernel.model import Thread
 
     out = []
-    locomo = list(load(LOCOMO).threads)
+    locomo = list(load(data_file("locomo.jsonl")).threads) if {"locomo", "joined"} & set(sets) else []
     if "locomo" in sets:
         out += [("locomo", t) for t in locomo[:conversations]]
     if "jmultiwoz" in sets:
-        out += [("jmultiwoz", t) for t in list(load(JMULTIWOZ).threads)[:conversations]]
+        out += [("jmultiwoz", t) for t in list(load(data_file("jmultiwoz_threads.jsonl")).threads)[:conversations]]
     if "joined" in sets:
         messages, queries = [], []
         for t in locomo:
@@ -91,7 +91,8 @@ def _long(name: str):
     from horizon_data import jmultiwoz_joined, locomo_merged, stripped
     from semhist import loads
 
-    data = locomo_merged(LOCOMO) if name == "merged" else jmultiwoz_joined(JMULTIWOZ)
+    data = locomo_merged(data_file("locomo.jsonl")) if name == "merged" \
+        else jmultiwoz_joined(data_file("jmultiwoz_threads.jsonl"))
     return loads(json.dumps(stripped(data), ensure_ascii=False)).only()
 
 
@@ -244,6 +245,7 @@ def main() -> None:
     p.add_argument("--llm", action="store_true", help="summarize with the LLM the environment names "
                                                       "(summary, structured); writes cache_cost_memory.md")
     add_out(p)
+    add_data(p)
     args = p.parse_args()
     unknown = set(args.sets.split(",")) - set(SETS)
     if unknown:  # an unknown set would be skipped silently and the tables come out empty

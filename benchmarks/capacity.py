@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from capacity_pg import pg_cpu_s, pg_reset, pg_sql, pg_statements, pg_table_bytes, per_op, store_bytes
-from common import HOME_CACHE, ReadyVectors, add_out, corpus, fresh_pg, out_file, read_json, rss_mb, teams_shape, \
-    teams_turn, write_json
+from common import HOME_CACHE, ReadyVectors, add_data, add_out, corpus, fresh_pg, out_file, read_json, rss_mb, \
+    teams_shape, teams_turn, write_json
 
 BUDGET = "2000"  # tokens, as botloop.py and the service benchmarks ask
 
@@ -343,6 +343,7 @@ def main() -> None:
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "semhist-capacity"))
     p.add_argument("--cache-dir", default=str(HOME_CACHE))
     add_out(p)
+    add_data(p)  # the LoCoMo the threads repeat
     args = p.parse_args()
     path = out_file(args.out, "capacity.json")
     if args.mode in ("measure", "all"):

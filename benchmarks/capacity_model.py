@@ -19,7 +19,7 @@ from datetime import datetime
 
 import numpy as np
 
-from common import LOCOMO, teams_turn
+from common import data_file, teams_turn
 
 DAY, WEEK = 86_400, 7 * 86_400
 DAYS = 14  # simulated: the first week warms the caches, the second is measured
@@ -198,7 +198,7 @@ def routing_run(args: dict, seed: int = 1) -> tuple[list[int], list[list[float]]
     rng = random.Random(0)
     low, high = args["min_messages"], args["max_messages"]
     sizes = [int(math.exp(rng.uniform(math.log(low), math.log(high)))) for _ in range(args["bots"])]
-    threads = load(LOCOMO).threads
+    threads = load(data_file("locomo.jsonl")).threads
     n_texts = len([m for t in threads for m in t.messages if m.role != "system"][:5000])
     n_questions = len([q for t in threads for q in t.queries if q.has_evidence])
     schedules = []

@@ -32,7 +32,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from common import HOME_CACHE, LOCOMO, ReadyVectors, add_out, corpus, fresh_pg, save, table, teams_shape
+from common import HOME_CACHE, ReadyVectors, add_data, add_out, corpus, data_file, fresh_pg, save, table, teams_shape
 
 QUESTIONS = 5  # requests asked per case (each on a fresh process state for the cold cases)
 BUDGET = "2000"
@@ -162,7 +162,7 @@ def recall(url: str, cache_dir: Path, root: Path, per_thread: int) -> dict:
 
     h = History(Settings.load(env={}, db=url, data_dir=root / "recall", cache_dir=cache_dir))
     found = {"cold": [], "whole": []}
-    for thread in load(LOCOMO).threads:
+    for thread in load(data_file("locomo.jsonl")).threads:
         tid = f"19:{thread.id}@thread.v2"
         h.ingest(tid, replace(thread, messages=tuple(teams_shape(list(thread.messages)))))
         ids = sorted(m.id for m in h.store.messages(tid))  # stored in the file's order
@@ -217,6 +217,7 @@ def main() -> None:
                    help="also evidence recall of first asks on LoCoMo, N questions a conversation (0: skip)")
     p.add_argument("--cache-dir", default=str(HOME_CACHE))
     add_out(p)
+    add_data(p)
     args = p.parse_args()
     cases = []
     for n in (int(s) for s in args.sizes.split(",")):

@@ -10,9 +10,16 @@ elsewhere never touches them; tests/test_benchmarks_smoke.py runs each one on a 
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import hashlib
 import json
+import lzma
+import os
 import random
+import shutil
+import sys
+import tempfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -28,10 +35,8 @@ if TYPE_CHECKING:
 # -- paths ---------------------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent  # benchmarks/: the scripts and their published results
 ROOT = HERE.parent  # the repository
-DATA = ROOT.parent / "shared" / "data"  # the public sets (../shared/data/README.md)
-LOCOMO = DATA / "locomo.jsonl"
-JMULTIWOZ = DATA / "jmultiwoz_threads.jsonl"
-TIAGE = DATA / "tiage.jsonl"
+SHARED_DATA = ROOT.parent / "shared" / "data"  # the public sets beside a checkout (read through data_file)
+SHIPPED_DATA = ROOT / "data" / "benchmarks"  # the sets the repository carries itself, compressed
 SAMPLES = ROOT / "data" / "samples"
 PROBES = ROOT / "data" / "probes"
 HOME_CACHE = Path.home() / ".cache" / "semhist"  # the scripts' --cache-dir where they name one
@@ -55,6 +60,58 @@ def subset(threads: Sequence[Thread], limit: int | None = None, queries: int | N
     """The first `limit` threads, each with its first `queries` queries (None: all of them)."""
     threads = list(threads[:limit] if limit else threads)
     return [replace(t, queries=t.queries[:queries]) for t in threads] if queries else threads
+
+
+# -- the benchmark data --------------------------------------------------------------------------
+# Where each set comes from, said when it is nowhere here (docs/guides/evaluation.md has the format)
+ORIGINS = {
+    "locomo.jsonl": "LoCoMo is github.com/snap-research/locomo's data/locomo10.zip (CC BY-NC 4.0, so not "
+                    "shipped here), converted to the benchmark format",
+    "tiage.jsonl": "TIAGE is github.com/HuiyuanXie/tiage (MIT), converted to the benchmark format",
+    "jmultiwoz_threads.jsonl": "the repository's copy, data/benchmarks/jmultiwoz_threads.jsonl.xz, is gone too "
+                               "(git checkout -- data/benchmarks)",
+}
+
+
+def add_data(parser: argparse.ArgumentParser) -> None:
+    """`--data DIR`: the folder of the benchmark files, for this run."""
+    parser.add_argument("--data", type=_use_data, metavar="DIR",
+                        help="folder of the benchmark files (default: $SEMHIST_SHARED_DATA, else ../shared/data; "
+                             "a file missing there is read from data/benchmarks/ when the repository ships it)")
+
+
+def _use_data(value: str) -> Path:
+    if not Path(value).is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is not a folder")
+    # The flag is SEMHIST_SHARED_DATA for this run: data_file, and any child process, read one setting.
+    os.environ["SEMHIST_SHARED_DATA"] = value
+    return Path(value)
+
+
+def data_file(name: str) -> Path:
+    """The benchmark file `name` (locomo.jsonl, jmultiwoz_threads.jsonl, tiage.jsonl): from --data,
+    else SEMHIST_SHARED_DATA, else ../shared/data; where that folder lacks it, the repository's
+    compressed copy. Neither: the script stops with one sentence, what is missing and where it
+    comes from."""
+    folder = Path(os.environ.get("SEMHIST_SHARED_DATA") or SHARED_DATA)
+    if (folder / name).is_file():
+        return folder / name
+    if (SHIPPED_DATA / f"{name}.xz").is_file():
+        return _unpacked(name)
+    raise SystemExit(f"{name} is not in {folder}: {ORIGINS.get(name, 'not a set the evaluation guide lists')}; "
+                     "put it there, or name its folder with --data DIR or SEMHIST_SHARED_DATA "
+                     "(docs/guides/evaluation.md, 'Benchmark files').")
+
+
+@functools.cache
+def _unpacked(name: str) -> Path:
+    # unpacked for the run, not read compressed, so that every reader of the plain file works as it is
+    tmp = Path(tempfile.mkdtemp(prefix="semhist-data-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    with lzma.open(SHIPPED_DATA / f"{name}.xz") as src, (tmp / name).open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    print(f"{name}: reading the repository's copy, data/benchmarks/{name}.xz", file=sys.stderr)
+    return tmp / name
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -135,7 +192,7 @@ def corpus(n: int, cache_dir: Path):
     from semhist.indexers.loader import load
     from semhist.kernel.model import embedding_text
 
-    threads = load(LOCOMO).threads
+    threads = load(data_file("locomo.jsonl")).threads
     base = [m for t in threads for m in t.messages if m.role != "system"]
     embedder = CachedEmbedder(get_embedder("use-m3"), EmbeddingCache(cache_dir / "embeddings.sqlite3"))
     base_vectors = embedder.embed([embedding_text(m) for m in base])
@@ -317,11 +374,12 @@ def with_time_queries(thread: Thread, runs: list[list[int]], per_thread: int = P
     return replace(thread, queries=tuple(queries))
 
 
-def time_threads(threads: list[Thread], path: Path = JMULTIWOZ) -> dict[str, list[Thread]]:
+def time_threads(threads: list[Thread], path: Path | None = None) -> dict[str, list[Thread]]:
     """{"spaced": threads with their own timestamps, "close": dialogues closed up, "long":
     dialogues joined into long conversations}, each thread carrying its time-anchored requests
-    instead of the file's queries (the variants: benchmarks/time_requests.py)."""
-    runs = dialogues(path)
+    instead of the file's queries (the variants: benchmarks/time_requests.py); `path`: the
+    threads' file (default: jmultiwoz_threads.jsonl)."""
+    runs = dialogues(path or data_file("jmultiwoz_threads.jsonl"))
     spaced = [with_time_queries(t, runs[t.id]) for t in threads]
     close = [with_time_queries(close_up(t, runs[t.id]), runs[t.id]) for t in threads]
     long = [with_time_queries(join_up(t, r), r, PER_THREAD * n) for t, r, n in one_after_another(threads, runs)]

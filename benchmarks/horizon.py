@@ -4,6 +4,8 @@ tokens, at absolute budgets, beside the same requests asked of each conversation
     python benchmarks/horizon.py                   # writes benchmarks/horizon.json and horizon.md
     python benchmarks/horizon.py --write-data DIR  # the long threads as JSON Lines (rebuilds the
                                                    # Japanese benchmark, docs/guides/horizon-ja.md)
+    python benchmarks/horizon.py --sets jmultiwoz  # the Japanese set alone: runs in a bare clone,
+                                                   # from data/benchmarks/ (LoCoMo is not shipped)
 
 The threads (benchmarks/horizon_data.py): LoCoMo's ten conversations merged by their own dates
 (5,882 messages); the JMultiWOZ threads joined (29,358, Japanese), where a request about a named
@@ -32,12 +34,19 @@ from pathlib import Path
 
 import numpy as np
 
-from common import DATA, HOME_CACHE, add_out, out_file, pct, save, table
+from common import HOME_CACHE, add_data, add_out, data_file, out_file, pct, save, table
 from horizon_data import jmultiwoz_joined, locomo_merged, mixed, stripped
 
 BUDGETS = (1000, 2000, 4000, 8000)
 STRATEGIES = ("blocks", "window", "token-budget", "utterances")
 SETS = ("locomo", "jmultiwoz", "mixed", "single")
+# Each dataset: its benchmark file, its long thread (and the name --write-data gives it), and how
+# many of its first threads are `tune`; each set reads only the datasets it is made of, so the
+# Japanese one runs where LoCoMo is not.
+SOURCES = {"locomo": ("locomo.jsonl", locomo_merged, "locomo_merged", 5),
+           "jmultiwoz": ("jmultiwoz_threads.jsonl", jmultiwoz_joined, "jmultiwoz_joined", 36)}
+MADE_OF = {"locomo": ("locomo",), "jmultiwoz": ("jmultiwoz",), "mixed": ("locomo", "jmultiwoz"),
+           "single": ("locomo", "jmultiwoz")}
 
 
 def _thread(data: dict):
@@ -166,14 +175,15 @@ def bot_path(engine, thread_id: str, queries: list[dict], n: int = 60) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    add_data(parser)
     parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     parser.add_argument("--queries", type=int, default=300, help="requests per set, evenly spaced (0: all)")
     parser.add_argument("--limit", type=int, help="only the first N conversations/threads of each dataset")
     parser.add_argument("--cache-dir", type=Path, default=HOME_CACHE)
-    parser.add_argument("--write-data", type=Path, metavar="DIR", help="write the long threads and stop")
+    parser.add_argument("--write-data", type=Path, metavar="DIR",
+                        help="write the long threads of the chosen sets' datasets as JSON Lines and stop")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for this run (an ablation: --set list_stretches=off)")
     parser.add_argument("--name", default="horizon", help="the result files' name (default: horizon)")
@@ -183,10 +193,13 @@ def main() -> None:
     unknown = set(args.sets.split(",")) - set(SETS)
     if unknown:
         parser.error(f"--sets: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SETS)}")
-    locomo, japanese = _datasets(args.data, args.limit)
+    sets = args.sets.split(",")
+    # every file found (or the run stopped, saying which is missing) before any work
+    paths = {d: data_file(SOURCES[d][0]) for d in SOURCES if any(d in MADE_OF[s] for s in sets)}
+    built = _datasets(paths, args.limit)
     if args.write_data:
-        for name, data in (("locomo_merged", locomo), ("jmultiwoz_joined", japanese)):
-            path = out_file(args.write_data, f"{name}.jsonl")
+        for d, data in built.items():
+            path = out_file(args.write_data, f"{SOURCES[d][2]}.jsonl")
             path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
             print(f"wrote {path}: {len(data['messages'])} messages, {len(data['queries'])} requests")
         return
@@ -194,12 +207,10 @@ def main() -> None:
 
     strategies = args.strategies.split(",")
     budgets = [int(b) for b in args.budgets.split(",")]
-    tune = {t["id"] for t in _read_ids(args.data / "locomo.jsonl")[:5]} | \
-        {t["id"] for t in _read_ids(args.data / "jmultiwoz_threads.jsonl")[:36]}
+    tune = {t["id"] for d, path in paths.items() for t in _read_ids(path)[:SOURCES[d][3]]}
     shown = [f"--{k} {v}" for k, v in vars(args).items() if k in ("sets", "queries", "limit", "strategies", "budgets")
              and v and v != parser.get_default(k)] + [f"--set {kv}" for kv in args.set]
     results = {"command": " ".join(["python benchmarks/horizon.py", *shown]), "sets": {}}
-    sets = args.sets.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         for name in sets:
             chosen = dict(kv.split("=", 1) for kv in args.set)
@@ -208,11 +219,11 @@ def main() -> None:
             engine = Engine(settings, store=None)
             try:
                 if name == "single":
-                    results["sets"]["single"] = _singles(engine, args, strategies, budgets, tune)
+                    results["sets"]["single"] = _singles(engine, args, paths, strategies, budgets, tune)
                     continue
-                data = {"locomo": locomo, "jmultiwoz": japanese,
-                        "mixed": lambda: mixed(json.loads(json.dumps(locomo)), json.loads(json.dumps(japanese)))}[name]
-                data = data() if callable(data) else data
+                # mixed changes the threads it is given: copies
+                data = mixed(*(json.loads(json.dumps(built[d])) for d in MADE_OF[name])) if name == "mixed" \
+                    else built[name]
                 results["sets"][name] = score(engine, data, name, strategies, budgets, args.queries or None, tune)
                 print(f"{name}: {results['sets'][name]['messages']} messages done", flush=True)
             finally:
@@ -232,10 +243,10 @@ def _check_sets(parser: argparse.ArgumentParser, pairs: list[str]) -> None:
             parser.error(f"--set {pair!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(known))}")
 
 
-def _singles(engine, args, strategies, budgets, tune) -> dict:
+def _singles(engine, args, paths: dict[str, Path], strategies, budgets, tune) -> dict:
     """The same requests asked of each conversation (or JMultiWOZ thread) alone."""
     out = {}
-    for path, label in ((args.data / "locomo.jsonl", "locomo"), (args.data / "jmultiwoz_threads.jsonl", "jmultiwoz")):
+    for label, path in paths.items():
         rows = _read_ids(path)[:args.limit] if args.limit else _read_ids(path)
         per = max(1, (args.queries or 0) // len(rows)) if args.queries else None
         parts = []
@@ -268,14 +279,18 @@ def _read_ids(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _datasets(data: Path, limit: int | None) -> tuple[dict, dict]:
+def _datasets(paths: dict[str, Path], limit: int | None) -> dict[str, dict]:
+    """Each dataset's long thread, of its first `limit` threads only where one is given."""
     if not limit:
-        return locomo_merged(data / "locomo.jsonl"), jmultiwoz_joined(data / "jmultiwoz_threads.jsonl")
+        return {d: SOURCES[d][1](path) for d, path in paths.items()}
+    out = {}
     with tempfile.TemporaryDirectory() as tmp:  # the first N of each, as files of their own
-        for name in ("locomo.jsonl", "jmultiwoz_threads.jsonl"):
-            (Path(tmp) / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                  for r in _read_ids(data / name)[:limit]), encoding="utf-8")
-        return locomo_merged(Path(tmp) / "locomo.jsonl"), jmultiwoz_joined(Path(tmp) / "jmultiwoz_threads.jsonl")
+        for d, path in paths.items():
+            part = Path(tmp) / path.name
+            part.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in _read_ids(path)[:limit]),
+                            encoding="utf-8")
+            out[d] = SOURCES[d][1](part)
+    return out
 
 
 def render(results: dict) -> str:

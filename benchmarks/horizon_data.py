@@ -1,5 +1,6 @@
-"""The long threads of benchmarks/horizon.py, built from ../shared/data alone (a part of
-horizon.py: `python benchmarks/horizon.py --write-data DIR` writes them as JSON Lines).
+"""The long threads of benchmarks/horizon.py, built from the benchmark files alone (a part of
+horizon.py: `python benchmarks/horizon.py --write-data DIR` writes them as JSON Lines; the
+Japanese one, `--sets jmultiwoz`, from the copy the repository ships in data/benchmarks/).
 
 - **LoCoMo merged**: the ten conversations' sessions in one thread by their own dates. A session
   is kept whole; one that would start before the previous one ends starts 30 s after it (a few

@@ -1,7 +1,7 @@
 """Retrieval at the limit: `blocks` at tight budgets, by question category, without timestamps,
 on time-anchored requests, and the segmenter against human topic boundaries.
 
-    python benchmarks/limits.py                 # every part, from ../shared/data
+    python benchmarks/limits.py                 # every part (common.data_file: where the sets are)
     python benchmarks/limits.py --parts budgets # one part: budgets, untimed, time, segmentation
 
 Runs the same code as `semhist eval` (local keyword extractor, no LLM, default settings) and
@@ -33,7 +33,8 @@ from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 
-from common import DATA, JMULTIWOZ, PROBES, add_out, add_subset, out_file, read_json, subset, time_threads, write_json
+from common import (PROBES, add_data, add_out, add_subset, data_file, out_file, read_json, subset, time_threads,
+                    write_json)
 
 BUDGETS = ("5%", "10%", "25%")
 CJK = PROBES / "cjk.jsonl"
@@ -57,7 +58,7 @@ def recall_rows(engine: Engine, threads: list[Thread], dataset: str) -> dict:
 def part_budgets(engine: Engine, read: Read) -> dict:
     out = {}
     for name in ("locomo.jsonl", "jmultiwoz_threads.jsonl"):
-        threads = read(DATA / name)
+        threads = read(data_file(name))
         out[name] = recall_rows(engine, threads, name)
         # the most a perfect search could put in the same room: how far a 5% target can be met
         out[f"{name}: the gold alone, shortest first"] = {b: {"all": gold_ceiling(engine, threads, b, "cheapest")}
@@ -66,14 +67,14 @@ def part_budgets(engine: Engine, read: Read) -> dict:
 
 
 def part_untimed(engine: Engine, read: Read) -> dict:
-    return {f"{name} without timestamps": recall_rows(engine, [untimed(t) for t in read(DATA / name)],
+    return {f"{name} without timestamps": recall_rows(engine, [untimed(t) for t in read(data_file(name))],
                                                      f"{name} untimed")
             for name in ("jmultiwoz_threads.jsonl", "locomo.jsonl")}
 
 
 def part_time(engine: Engine, read: Read) -> dict:
     out = {}
-    for variant, threads in time_threads(read(JMULTIWOZ)).items():
+    for variant, threads in time_threads(read(data_file("jmultiwoz_threads.jsonl"))).items():
         out[f"time requests, {variant}"] = recall_rows(engine, threads, f"time requests ({variant})")
         out[f"time requests, {variant}: the time alone"] = {b: {"all": gold_ceiling(engine, threads, b)}
                                                            for b in BUDGETS}
@@ -133,13 +134,13 @@ def part_segmentation(engine: Engine, read: Read) -> dict:
     and of its blocks alone, against the human topic boundaries, beside the baselines."""
     from semhist.segscore import evaluate_segmentation, gold_starts
 
-    sets = {"tiage.jsonl": read(DATA / "tiage.jsonl"), "jmultiwoz_threads.jsonl": read(JMULTIWOZ)}
+    sets = {name: read(data_file(name)) for name in ("tiage.jsonl", "jmultiwoz_threads.jsonl")}
     sets["jmultiwoz_threads.jsonl without timestamps"] = [untimed(t) for t in sets["jmultiwoz_threads.jsonl"]]
     out: dict = {}
     for segmenter in SEGMENTERS:
         seg_engine = Engine(replace(engine.settings, segmenter=segmenter), llm=None)
         for name, threads in sets.items():
-            report = evaluate_segmentation(seg_engine, threads, gold_starts(DATA / name.split()[0]),
+            report = evaluate_segmentation(seg_engine, threads, gold_starts(data_file(name.split()[0])),
                                            dataset=name)["segmentation"]
             row = out.setdefault(name, {"n_threads": report["n_threads"], "segmenters": {}, "baselines": {
                 k: v for k, v in report["baselines"].items() if k != "blocks without sub-segments"}})
@@ -181,6 +182,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     add_subset(parser)
     add_out(parser)
+    add_data(parser)
     parser.add_argument("--cache-dir", default=None, help="embedding cache (default: the settings' own)")
     args = parser.parse_args()
     engine = Engine(Settings.load(cache_dir=args.cache_dir), llm=None)

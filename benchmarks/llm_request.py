@@ -30,7 +30,7 @@ from semhist import Engine
 from semhist.evaluate import evaluate, sample_queries
 from semhist.llm import make_llm
 
-from common import JMULTIWOZ, LOCOMO, LOCOMO_CATEGORIES, SAMPLES, RecordedLLM, add_out, save
+from common import LOCOMO_CATEGORIES, SAMPLES, RecordedLLM, add_data, add_out, data_file, save
 
 TOPICS = {"hotel": ("ホテル", "the hotel"), "restaurant": ("レストラン", "the restaurant"),
           "shopping": ("買い物", "shopping"), "attraction": ("観光スポット", "sightseeing"),
@@ -89,13 +89,13 @@ def subsets(names: list[str]) -> dict[str, list[Thread]]:
     out = {}
     if "locomo" in names:
         threads = [replace(t, queries=tuple(q for q in t.queries if q.category in LOCOMO_CATEGORIES))
-                   for t in load(LOCOMO).threads]
+                   for t in load(data_file("locomo.jsonl")).threads]
         out["LoCoMo-200"] = sample_queries(threads, 200)
-    jmultiwoz = load(JMULTIWOZ).threads if {"jmultiwoz", "time"} & set(names) else []
+    jmultiwoz = load(data_file("jmultiwoz_threads.jsonl")).threads if {"jmultiwoz", "time"} & set(names) else []
     if "jmultiwoz" in names:
         out["JMultiWOZ-150"] = sample_queries(jmultiwoz, 150)
     if "time" in names:
-        out["time-anchored"] = time_queries(jmultiwoz[:10], domains(JMULTIWOZ))
+        out["time-anchored"] = time_queries(jmultiwoz[:10], domains(data_file("jmultiwoz_threads.jsonl")))
     if "samples" in names:
         out["samples"] = [load(SAMPLES / n).threads[0] for n in ("english.json", "ramen.json")]
     return out
@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--cache-dir")
     parser.add_argument("--before", help="a JSON {set: blocks figures} to show beside (an earlier run)")
     add_out(parser)
+    add_data(parser)
     args = parser.parse_args()
     results = run(args.sets, args.budget, args.cache_dir)
     if args.before:

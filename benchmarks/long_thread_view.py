@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import DATA, HOME_CACHE, add_out, add_subset, out_file, subset
+from common import HOME_CACHE, add_data, add_out, add_subset, data_file, out_file, subset
 
 
 def _history(tmp: Path, cache_dir: Path, view_limit: int | None):
@@ -144,6 +144,7 @@ def main() -> None:
     p.add_argument("--cache-dir", default=str(HOME_CACHE))
     add_subset(p)
     add_out(p)
+    add_data(p)
     args = p.parse_args()
     lines = ["# Long-thread candidate view vs whole thread (`python benchmarks/long_thread_view.py`)", "",
              "10% budget of each question's own conversation (absolute tokens), local keyword, blocks strategy, "
@@ -152,7 +153,7 @@ def main() -> None:
              "questions with a keyword only their own conversation holds: recall / all evidence (n) |",
              "|---|---|---|---|---|---|---|"]
     for name in ("locomo.jsonl", "jmultiwoz_threads.jsonl"):
-        for mode, r in run(DATA / name, Path(args.cache_dir), args.limit, args.queries).items():
+        for mode, r in run(data_file(name), Path(args.cache_dir), args.limit, args.queries).items():
             unique = "{} / {} ({})".format(*r["unique"]) if "unique" in r else "-"
             lines.append(f"| {name} | {mode} | {r['evidence_recall']} | {r['all_evidence']} | "
                          f"{r['mean_view_messages']} | {r['queries']} | {unique} |")

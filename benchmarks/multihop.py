@@ -1,6 +1,6 @@
 """Why LoCoMo's multi-hop (cat1) and inference (cat3) questions stay weak, measured.
 
-    python benchmarks/multihop.py                    # every part, LoCoMo from ../shared/data
+    python benchmarks/multihop.py                    # every part, on LoCoMo (common.data_file: where)
     python benchmarks/multihop.py --parts ranks oracle
 
 Writes benchmarks/multihop.md and benchmarks/multihop.json. `blocks`, local keyword extractor,
@@ -37,7 +37,7 @@ from semhist.evaluate import evaluate
 from semhist.pipeline.keyword import KeywordResult
 from semhist.pipeline.search import dense_rows, embed_query, fused_rows, searched_terms
 
-from common import LOCOMO, LOCOMO_CATEGORIES as CATEGORIES, add_out, add_subset, read_json, save, subset
+from common import LOCOMO_CATEGORIES as CATEGORIES, add_data, add_out, data_file, add_subset, read_json, save, subset
 
 BUDGETS = ("5%", "10%", "25%")
 PARTS = ("ranks", "embedders", "variants", "oracle")
@@ -185,10 +185,11 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     add_subset(parser)
     add_out(parser)
+    add_data(parser)
     parser.add_argument("--cache-dir", default=None, help="embedding cache (default: the settings' own)")
     args = parser.parse_args()
     settings = Settings.load(cache_dir=args.cache_dir)
-    threads = subset(load(LOCOMO).threads, args.limit, args.queries)
+    threads = subset(load(data_file("locomo.jsonl")).threads, args.limit, args.queries)
     results = read_json(args.out / "multihop.json", {})  # a rerun part replaces its own
     for part in args.parts:
         results[part] = globals()[f"part_{part}"](settings, threads)

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import add_out, fresh_pg, save, table
+from common import add_data, add_out, fresh_pg, save, table
 from service_bots import prefill
 
 
@@ -89,6 +89,7 @@ def main() -> None:
     p.add_argument("--max-messages", type=int, default=2000)
     p.add_argument("--raise-to", type=int, default=16)
     add_out(p)
+    add_data(p)  # the LoCoMo the bots' threads repeat
     args = p.parse_args()
     result = run(args)
     save(result, args.out, "partitions", render)

@@ -64,13 +64,13 @@ from semhist.kernel.tokens import REPLY_PRIMING, count_message, count_text
 from semhist import Engine, History
 from semhist.evaluate import evaluate
 
-from common import HERE, JMULTIWOZ, LOCOMO, add_out, pct
+from common import HERE, add_data, add_out, data_file, pct
 # this script's own parts, not scripts: the Agent Framework's memory, the scoring, the report
 from peers_af import VERSION as AF_VERSION, run_af
 from peers_report import BUDGETS, METHODS, write
 from peers_scoring import Tallies, ask_all, budget_tokens, costs, prompt_tokens, request_cost, timed
 
-DATASETS = {"LoCoMo": LOCOMO, "JMultiWOZ": JMULTIWOZ}
+DATASETS = {"LoCoMo": "locomo.jsonl", "JMultiWOZ": "jmultiwoz_threads.jsonl"}
 LI_VARIANTS = {"li-memory": False, "li-memory-q1": True}  # request_only
 EMBEDDER = get_embedder("use-m3")
 
@@ -324,11 +324,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only the first N threads of each dataset")
     parser.add_argument("--queries", type=int, help="only the first N queries with evidence of each thread")
     add_out(parser, HERE, "--out-dir")
+    add_data(parser)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="semhist-peers-"))  # fresh stores and embedding cache
     start = time.perf_counter()
     try:
-        datasets = {name: run_dataset(DATASETS[name], args.limit, args.queries, workdir)
+        datasets = {name: run_dataset(data_file(DATASETS[name]), args.limit, args.queries, workdir)
                     for name in args.dataset or DATASETS}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

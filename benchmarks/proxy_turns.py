@@ -30,12 +30,12 @@ import httpx
 
 from semhist.kernel.tokens import count_message
 
-from common import LOCOMO, add_out, out_file, write_json
+from common import add_data, add_out, data_file, out_file, write_json
 SYSTEM = "Answer the question about the conversation in a few words."
 
 
 def history_and_questions(history_tokens: int, turns: int) -> tuple[list[dict], list[dict]]:
-    thread = json.loads(LOCOMO.read_text().splitlines()[0])
+    thread = json.loads(data_file("locomo.jsonl").read_text(encoding="utf-8").splitlines()[0])
     kept, total = [], 0
     for m in thread["messages"]:
         total += count_message(m)
@@ -202,6 +202,7 @@ def main() -> None:
                                                           "(1000b); empty: the server's default")
     parser.add_argument("--name", default="proxy_turns", help="the result files' name (NAME.json, NAME.md)")
     add_out(parser)
+    add_data(parser)
     args = parser.parse_args()
     result = run(args)
     stats = summary(result)

@@ -27,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import LOCOMO, ROOT, add_out, out_file, pct, write_json
+from common import ROOT, add_data, add_out, data_file, out_file, pct, write_json
 from service_bots import Server, loads, prefill, run, settle, socket_port
 
 CONFIG = ROOT / "docs" / "samples" / "haproxy.cfg"
@@ -183,6 +183,7 @@ def main() -> None:
     p.add_argument("--down", type=float, default=10.0)
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "semhist-routing-load"))
     add_out(p)
+    add_data(p)
     args = p.parse_args()
     from semhist.indexers.loader import load
     from semhist.kernel.settings import Settings
@@ -192,7 +193,7 @@ def main() -> None:
     cache_dir = Settings.load().cache_dir  # the LoCoMo vectors are cached there
     sizes = prefill(args.db, workdir, cache_dir, args.bots, args.min_messages, args.max_messages)
     settle(args.db)
-    threads = load(LOCOMO).threads
+    threads = load(data_file("locomo.jsonl")).threads
     texts = [m.content for t in threads for m in t.messages if m.role != "system"][:5000]
     questions = [q.text for t in threads for q in t.queries if q.has_evidence]
     balances = args.balance.split(",") + ([CRASH] if args.kill_after is not None else [])

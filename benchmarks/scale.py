@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (HOME_CACHE, NOISE, ROOT, ReadyVectors, add_out, corpus, fresh_pg, out_file, pct, rss_mb, table,
-                    write_json)
+from common import (HOME_CACHE, NOISE, ROOT, ReadyVectors, add_data, add_out, corpus, fresh_pg, out_file, pct, rss_mb,
+                    table, write_json)
 
 
 def run_case(n: int, url: str, workdir: Path, cache_dir: Path) -> dict:
@@ -124,6 +124,7 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/semhist-scale")
     p.add_argument("--cache-dir", default=str(HOME_CACHE))
     add_out(p)
+    add_data(p)  # the LoCoMo the big threads repeat
     p.add_argument("--keep", action="store_true", help="keep each case's database and files")
     p.add_argument("--one", nargs=2, metavar=("N", "URL"), help=argparse.SUPPRESS)
     args = p.parse_args()

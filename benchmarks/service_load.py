@@ -34,7 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import LOCOMO, add_out, out_file, pct, read_json, write_json
+from common import add_data, add_out, data_file, out_file, pct, read_json, write_json
 from service_bots import ROUTES, Server, client_for, loads, prefill, run
 
 
@@ -84,7 +84,7 @@ def case(args, url: str, label: str, data_dir: Path, cache_dir: Path) -> dict:
     from semhist.indexers.loader import load
 
     sizes = prefill(url, data_dir, cache_dir, args.bots, args.min_messages, args.max_messages)
-    threads = load(LOCOMO).threads
+    threads = load(data_file("locomo.jsonl")).threads
     texts = [m.content for t in threads for m in t.messages if m.role != "system"][:5000]
     questions = [q.text for t in threads for q in t.queries if q.has_evidence]
     server = Server(url, data_dir, cache_dir, args.workers, data_dir / f"serve-{label}.log")
@@ -143,6 +143,7 @@ def main() -> None:
     p.add_argument("--step-duration", type=float, default=40.0)
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "semhist-service-load"))
     add_out(p)
+    add_data(p)
     args = p.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Every strategy on the public benchmarks at several hard budgets.
 
-    python benchmarks/strategies.py          # LoCoMo and JMultiWOZ from ../shared/data
+    python benchmarks/strategies.py          # LoCoMo and JMultiWOZ (common.data_file: where)
 
 Runs the same code as `semhist eval` (local keyword extractor, default settings) and writes
 benchmarks/results.md (tables), benchmarks/results.json (raw reports) and
@@ -20,9 +20,9 @@ from semhist import STRATEGIES, Engine
 from semhist.evaluate import evaluate
 from semhist import NEEDS_LLM
 
-from common import HERE, JMULTIWOZ, LOCOMO, add_out, out_file, table, write_json
+from common import HERE, add_data, add_out, data_file, out_file, table, write_json
 
-DEFAULT_DATA = [LOCOMO, JMULTIWOZ]
+DEFAULT_DATA = ("locomo.jsonl", "jmultiwoz_threads.jsonl")
 BUDGETS = ["5%", "10%", "25%", "50%"]
 COLUMNS = ["evidence_recall", "all_evidence_rate", "mean_prompt_tokens", "token_ratio", "p50_ms", "p95_ms",
            "n_queries"]
@@ -87,13 +87,16 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", action="append", type=Path)
+    parser.add_argument("--dataset", action="append", type=Path, metavar="FILE",
+                        help="a benchmark file (default: locomo.jsonl and jmultiwoz_threads.jsonl)")
     parser.add_argument("--budget", action="append")
     parser.add_argument("--limit", type=int, help="only the first N threads of each dataset")
     parser.add_argument("--cache-dir")
     add_out(parser, HERE, "--out-dir")
+    add_data(parser)
     args = parser.parse_args()
-    results = run(args.dataset or DEFAULT_DATA, args.budget or BUDGETS, args.cache_dir, args.limit)
+    datasets = args.dataset or [data_file(name) for name in DEFAULT_DATA]
+    results = run(datasets, args.budget or BUDGETS, args.cache_dir, args.limit)
     write_json(out_file(args.out, "results.json"), results)
     (args.out / "results.md").write_text(markdown(results), encoding="utf-8")
     plot(results, args.out / "recall_vs_tokens.png")

@@ -32,17 +32,18 @@ from pathlib import Path
 
 from semhist.indexers.loader import load
 
-from common import JMULTIWOZ, add_out, out_file, subset, time_threads
+from common import add_data, add_out, data_file, out_file, subset, time_threads
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(JMULTIWOZ))
+    add_data(parser)
     parser.add_argument("--variant", default="close", choices=("spaced", "close", "long"))
     parser.add_argument("--limit", type=int, help="only the first N threads of the file")
     add_out(parser, Path("."))  # DIR/time_requests.jsonl: the variant's threads, as JSON Lines
     args = parser.parse_args()
-    threads = time_threads(subset(load(args.data).threads, args.limit), Path(args.data))[args.variant]
+    path = data_file("jmultiwoz_threads.jsonl")
+    threads = time_threads(subset(load(path).threads, args.limit), path)[args.variant]
     path = out_file(args.out, "time_requests.jsonl")
     with path.open("w", encoding="utf-8") as f:
         for t in threads:

@@ -28,7 +28,7 @@ from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 
-from common import JMULTIWOZ, add_out, out_file, write_json
+from common import add_data, add_out, data_file, out_file, write_json
 NAMES = re.compile(r"\d|[ァ-ヴー]{3,}|[A-Za-z]{3,}")
 RUNS = [("full", None), ("token-budget", None), ("window", None), ("token-budget", "10%"),
         ("blocks", "10%"), ("blocks", "25%")]
@@ -103,8 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=20, help="the first N JMultiWOZ threads")
     add_out(parser)
+    add_data(parser)
     args = parser.parse_args()
-    threads = [with_tools(t) for t in load(JMULTIWOZ).threads[: args.threads]]
+    threads = [with_tools(t) for t in load(data_file("jmultiwoz_threads.jsonl")).threads[: args.threads]]
     results = run(threads)
     write_json(out_file(args.out, "tool_results.json"), results, end="\n")
     text = markdown(results, threads)

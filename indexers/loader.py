@@ -1,5 +1,5 @@
 """Load histories: JSON list, {"messages": [...]}, JSON Lines, benchmark threads (each message
-validated by `validate`).
+validated by `validate`), plain or compressed (`.gz`, `.xz`: a benchmark file ships that way).
 
 Strict by default: the first problem raises an InputError naming the message index and
 field. In lenient mode each bad message is skipped and reported, never silently changed.
@@ -7,7 +7,9 @@ field. In lenient mode each bad message is skipped and reported, never silently 
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
@@ -18,8 +20,11 @@ from semhist.kernel.errors import InputError, TooLargeError
 from semhist.kernel.model import MAX_MESSAGE_CHARS, Message, Query, Thread
 from semhist.kernel.validate import MAX_DEPTH, BadField, TooLargeField, check_request, content_size, message, parse_timestamp, resolve_zone
 
-__all__ = ["LoadResult", "Problem", "build_thread", "check_request", "content_size", "load", "loads",
+__all__ = ["LoadResult", "Problem", "build_thread", "check_request", "content_size", "load", "loads", "open_text",
            "parse_timestamp", "resolve_zone"]
+
+# Compressed files are read by their suffix, never sniffed: a plain file is read as it always was.
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open}
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,10 @@ def load(path: str | Path, *, timezone_name: str = "UTC", lenient: bool = False,
     path = Path(path)
     zone = resolve_zone(timezone_name)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open_text(path) as f:
+            text = f.read()
+    except (lzma.LZMAError, gzip.BadGzipFile, EOFError) as exc:  # EOFError: a truncated stream
+        raise InputError(f"{path}: not a readable {path.suffix} file ({exc or 'it ends too soon'})") from None
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -126,6 +134,16 @@ def load(path: str | Path, *, timezone_name: str = "UTC", lenient: bool = False,
     except OSError as exc:
         raise InputError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
     return loads(text, source=str(path), zone=zone, lenient=lenient, max_chars=max_chars)
+
+
+def open_text(path: str | Path):
+    """A history or benchmark file opened as UTF-8 text (a BOM dropped), through gzip or xz when
+    its name ends in `.gz` or `.xz`."""
+    path = Path(path)
+    opener = _OPENERS.get(path.suffix.lower())
+    if opener is None:
+        return path.open(encoding="utf-8-sig")
+    return opener(path, "rt", encoding="utf-8-sig")
 
 
 def _parse_json(text: str, where: str) -> Any:
@@ -148,7 +166,8 @@ def loads(text: str, *, source: str = "<input>", zone: tzinfo = timezone.utc,
         whole = None
         if not stripped.startswith("{"):
             raise InputError(f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    default_id = Path(source).stem or "thread"
+    name = Path(source)
+    default_id = (name.with_suffix("") if name.suffix.lower() in _OPENERS else name).stem or "thread"
     if isinstance(whole, list):
         thread, problems = build_thread(default_id, whole, zone=zone, lenient=lenient, max_chars=max_chars)
         return LoadResult((thread,), tuple(problems))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from semhist.indexers.loader import open_text
 from semhist.kernel.errors import InputError
 from semhist.kernel.model import Thread
 
@@ -46,7 +47,7 @@ def gold_starts(path: str | Path) -> dict[str, list[int]]:
     half-open over `messages`) of a JSON Lines benchmark file; threads without them are left out.
     The loader keeps no annotations (they must never reach retrieval), so they are read here."""
     out: dict[str, list[int]] = {}
-    with Path(path).open(encoding="utf-8-sig") as f:
+    with open_text(path) as f:  # compressed too, as the loader reads it
         for line in f:
             try:
                 row = json.loads(line) if line.strip() else None

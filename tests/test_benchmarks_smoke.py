@@ -77,10 +77,12 @@ NEEDS_LLM: dict[str, tuple[list[str] | None, list[str], list[str]]] = {
 
 
 def _env(tmp_path: Path, cache_dir: Path) -> dict[str, str]:
-    """No LLM, store or display of the developer's shell; data and embedding cache in tmp folders."""
+    """No LLM, store or display of the developer's shell; data and embedding cache in tmp folders;
+    the benchmark data where the tests found it (the scripts read SEMHIST_SHARED_DATA too)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OPENAI_", "AZURE_OPENAI_", "SEMHIST_")) and k not in ("DISPLAY", "MPLBACKEND")}
-    return {**env, "SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir)}
+    return {**env, "SEMHIST_DATA_DIR": str(tmp_path / "data"), "SEMHIST_CACHE_DIR": str(cache_dir),
+            "SEMHIST_SHARED_DATA": str(SHARED_DATA)}
 
 
 def _run(name: str, args: list[str], tmp_path: Path, cache_dir: Path, timeout: float = 300):

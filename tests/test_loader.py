@@ -127,3 +127,33 @@ def test_tool_calls_are_kept_as_they_are():
 def test_speaker_becomes_name():
     thread = loads(json.dumps([{"role": "user", "content": "hey", "speaker": "Caroline"}])).only()
     assert thread.messages[0].to_openai()["name"] == "Caroline"
+
+
+@pytest.mark.parametrize("suffix,compress", [(".gz", "gzip"), (".xz", "lzma")])
+def test_a_compressed_benchmark_file_loads_as_the_plain_one(tmp_path, suffix, compress):
+    """The Japanese long-thread set ships as .xz; `semhist eval` reads it as it is."""
+    import importlib
+
+    from semhist.segscore import gold_starts
+
+    text = json.dumps({"id": "t1", "messages": MSGS, "queries": [{"query": "q", "relevant_message_indices": [1]}],
+                       "topic_segments": [[0, 1, "a"], [1, 2, "b"]]}, ensure_ascii=False) + "\n"
+    packed = tmp_path / f"bench.jsonl{suffix}"
+    packed.write_bytes(importlib.import_module(compress).compress(text.encode("utf-8")))
+    plain = load(write(tmp_path, "bench.jsonl", text)).only()
+    assert load(packed).only() == plain
+    assert gold_starts(packed) == {"t1": [0, 1]}
+    single = tmp_path / f"chat.json{suffix}"  # a file's one thread is named after it, less the suffixes
+    single.write_bytes(importlib.import_module(compress).compress(json.dumps(MSGS).encode("utf-8")))
+    assert load(single).only().id == "chat"
+
+
+def test_a_broken_compressed_file_is_an_input_error(tmp_path):
+    (tmp_path / "bad.jsonl.xz").write_bytes(b"not xz at all")
+    with pytest.raises(InputError, match=r"bad\.jsonl\.xz: not a readable \.xz file"):
+        load(tmp_path / "bad.jsonl.xz")
+    import gzip
+
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"id": "t"}\n' * 50)[:30])
+    with pytest.raises(InputError, match=r"cut\.jsonl\.gz: not a readable \.gz file"):
+        load(tmp_path / "cut.jsonl.gz")

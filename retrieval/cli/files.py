@@ -141,6 +141,9 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from ..evaluate import evaluate, sample_queries
     from ..scoring import make_judge
 
+    if not Path(args.dataset).exists():  # most often a benchmark set this checkout lacks: say where they are
+        raise InputError(f"{args.dataset}: no such file; the evaluation guide (docs/guides/evaluation.md, "
+                         "'Benchmark files') says where each benchmark file comes from")
     loaded = load(args.dataset, timezone_name=settings.timezone, lenient=settings.lenient,
                   max_chars=settings.max_message_chars)
     for problem in loaded.problems:
