@@ -3,9 +3,11 @@ its first ask reads what the request needs, not the whole thread; counted, not t
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from semhist import render
 from semhist.kernel.model import Message, Thread
 from semhist.kernel.budget import Budget
 from semhist.history.states import WHOLE_AT_ONCE
@@ -78,3 +80,80 @@ def test_writes_while_the_thread_is_read_in_the_background_are_not_lost(make_his
     assert all(f"new plan {i}" in _text(last) for i in range(3))
     assert h.parts.states.peek("19:busy@thread.v2").index.marker.messages == N + 3
     assert isinstance(last.thread.messages[0], Message)
+
+
+# -- a first ask against a warm one: the same stretches under the same names -------------------
+SMALL = 400  # messages: past the first ask's whole-read limit the test sets (the default is 2,000)
+NOWHERE = "what did we decide about the Lisbon trip?"  # words no message holds
+ZANZIBAR = "what is the budget of the Zanzibar offsite?"
+
+
+def _store_small(make_history, thread_id: str, **settings) -> int:
+    """The thread's first SMALL messages stored; the needle's store id."""
+    writer = make_history(**settings)
+    writer.ingest(thread_id, Thread("cold", _thread().messages[:SMALL]))
+    return {m.content: m.id for m in writer.store.messages(thread_id)}[NEEDLE]
+
+
+def _named(h, thread_id: str, result) -> dict[tuple[int, ...], int]:
+    """Each named stretch (store ids) and the block it is named by, checked against the store:
+    the number of a closed block it is of (a reply may run into the next), or one after the
+    closed ones for the open tail."""
+    closed = h.store.block_frequencies(thread_id, ())[1]
+    out = {}
+    for stretch in render.ask_dict(result)["retrieved"]:
+        ids = tuple(stretch["message_indices"])
+        owners = set(h.store.block_of(thread_id, list(ids)).values())
+        assert stretch["block_id"] in owners or (None in owners and stretch["block_id"] >= closed), \
+            (stretch, owners, closed)
+        out[ids] = stretch["block_id"]
+    return out
+
+
+def _holding(names: dict[tuple[int, ...], int], message: int) -> int | None:
+    return next((b for ids, b in names.items() if message in ids), None)
+
+
+def test_a_first_ask_names_stretches_as_a_warm_ask_does_and_says_what_its_view_left_out(make_history):
+    tid = "19:first@thread.v2"
+    needle = _store_small(make_history, tid)
+    h = _started(make_history())
+    h.parts.states.whole_at_once = 100  # a thread past it: the first ask reads a view
+    ask = lambda request: h.ask(tid, request, budget=Budget.parse("1500"))  # noqa: E731
+    held = threading.Event()  # the background read waits behind it, so that both first asks read views
+    h.parts.executor.submit(held.wait)
+    first, first_nowhere = ask(ZANZIBAR), ask(NOWHERE)
+    held.set()
+    h.parts.executor.submit(lambda: None).result()  # the whole thread, read meanwhile
+    warm, warm_nowhere = ask(ZANZIBAR), ask(NOWHERE)
+    assert len(first.thread.messages) < SMALL and len(warm.thread.messages) == SMALL
+    # the stretches both name are named alike: by the store's block numbers, not the view's
+    cold_names, warm_names = _named(h, tid, first), _named(h, tid, warm)
+    assert _holding(cold_names, needle) == _holding(warm_names, needle) == h.store.block_of(tid, [needle])[needle]
+    assert all(warm_names[ids] == b for ids, b in cold_names.items() if ids in warm_names)
+    assert f"block {_holding(cold_names, needle)} " in render.ask_text(render.ask_dict(first))
+    # the view left out what only a similarity search over the whole thread finds: the first
+    # asks' notes say so, in the JSON and the text, and the warm asks' do not
+    for cold, again in ((first, warm), (first_nowhere, warm_nowhere)):
+        said = f"searched a view of {len(cold.thread.messages):,} of {SMALL:,} messages"
+        assert any(said in n for n in render.ask_dict(cold)["notes"]), cold.prompt.notes
+        assert f"note: first ask of this thread in this process: {said}" in render.ask_text(render.ask_dict(cold))
+        assert not any("first ask" in n for n in again.prompt.notes), again.prompt.notes
+    # words that point nowhere: the view holds the recent turns only, a smaller prompt, and says so
+    assert any("point to no older block" in n for n in first_nowhere.prompt.notes)
+    assert first_nowhere.prompt.tokens < warm_nowhere.prompt.tokens
+
+
+def test_a_view_of_a_thread_past_view_limit_names_the_stores_blocks(make_history):
+    tid = "19:long@thread.v2"
+    needle = _store_small(make_history, tid, view_limit=100)
+    viewed, whole = _started(make_history(view_limit=100)), _started(make_history())
+    viewed.ask(tid, ZANZIBAR)
+    assert viewed.vectors(tid).wait(60)  # its FAISS index, built in the background
+    through_view = viewed.ask(tid, ZANZIBAR, budget=Budget.parse("1500"))
+    read_whole = whole.ask(tid, ZANZIBAR, budget=Budget.parse("1500"))
+    assert len(through_view.thread.messages) < SMALL == len(read_whole.thread.messages)
+    assert not any("first ask" in n for n in through_view.prompt.notes)  # its nearest messages were searched
+    in_view, in_whole = _named(viewed, tid, through_view), _named(whole, tid, read_whole)
+    assert _holding(in_view, needle) == _holding(in_whole, needle) == viewed.store.block_of(tid, [needle])[needle]
+    assert all(in_whole[ids] == b for ids, b in in_view.items() if ids in in_whole)

@@ -56,6 +56,8 @@ class ThreadIndex:
         self.open: list[Block] = []
         self.closed_rows = 0
         self._closed_sizes: list[int] = []  # rows of each closed block, kept as they close
+        # the thread's newest closed block, by the store's number: blocks are named by the
+        # store's numbers (a view's too, which holds a few of them) and its open ones come after
         self.last_block_no = -1
         self.units: list[tuple[int, ...]] = []
         self.history_tokens = 0  # prompt cost of every non-system message of the thread
@@ -66,6 +68,11 @@ class ThreadIndex:
         # a view's: how many of the whole thread's closed blocks hold each of the request's
         # terms, and how many it has (the view holds a few of them)
         self.block_frequencies: tuple[dict[str, int], int] | None = None
+        # a view's: the closed blocks it took for the request (its nearest messages, its words,
+        # its time), and whether nearest messages were searched (not while the process has not
+        # read the thread's vectors yet: its first ask)
+        self.chosen_blocks = 0
+        self.searched_nearest = True
         self.last_time = None  # time of the newest timed message (relative dates count from it)
         self.appendable = True
         self._history: tuple[float, ...] = ()
@@ -79,10 +86,12 @@ class ThreadIndex:
     def build(cls, thread_id: str, stored: Sequence[StoredMessage], blocks: Iterable[StoredBlock], dim: int,
               segmenter: Segmenter, history: Sequence[float] = (), marker: Marker | None = None,
               whole: bool = True, vectors: Mapping[int, np.ndarray] | None = None, tail_from: int = 0,
-              gaps: frozenset[int] = frozenset()) -> ThreadIndex:
+              gaps: frozenset[int] = frozenset(), closed_blocks: int = 0) -> ThreadIndex:
         """From messages in order and the closed blocks they belong to; vectors are the
         messages' own or come from `vectors` (by id). A view may hold only some messages of a
-        block: they then form a block of their own (`tail_from`, `gaps`: a view's, by position)."""
+        block: they then form a block of their own, under the block's number (`tail_from`,
+        `gaps`: a view's, by position; `closed_blocks`: how many the thread has closed, so a
+        view's open blocks are numbered as the whole thread's are)."""
         index = cls(thread_id, dim, segmenter, whole=whole)
         index.marker, index._history = marker, tuple(history)
         index.tail_from, index.gaps = tail_from, gaps
@@ -101,9 +110,10 @@ class ThreadIndex:
         for block_no, members in ordered:
             whole_block = known.get(block_no)
             complete = whole_block is not None and len(whole_block.message_ids) == len(members)
-            index._close([index.position[m.id] for m in members], whole_block if complete else None,
+            index._close([index.position[m.id] for m in members], block_no, whole_block if complete else None,
                          [t for m in members for t in m.terms])
             index.last_block_no = max(index.last_block_no, block_no)
+        index.last_block_no = max(index.last_block_no, closed_blocks - 1)
         index.appendable = index.rows == sorted(index.rows)
         index._segment_open()
         return index
@@ -145,8 +155,10 @@ class ThreadIndex:
                 self._tail[first + k] = (matrix[k].copy(), m.terms)
         self.vectors.add(np.arange(first, first + len(messages)), matrix)
 
-    def _close(self, positions: list[int], stored: StoredBlock | None, terms: list[str] | None = None) -> None:
-        """Close the block made of the next rows (`positions`, in row order)."""
+    def _close(self, positions: list[int], block_no: int, stored: StoredBlock | None,
+               terms: list[str] | None = None) -> None:
+        """Close the block made of the next rows (`positions`, in row order), the store's
+        block `block_no`."""
         first = self.closed_rows
         rows = range(first, first + len(positions))
         if terms is None:
@@ -155,7 +167,7 @@ class ThreadIndex:
         self.block_lexical.add(terms)
         tokens = stored.tokens if stored else sum(count_message(self.messages[p].to_openai()) for p in positions)
         parts = tuple(stored.parts) if stored else (0,)
-        self.closed.append(Block(len(self.closed), tuple(positions), self.messages[positions[0]].timestamp,
+        self.closed.append(Block(block_no, tuple(positions), self.messages[positions[0]].timestamp,
                                  self.messages[positions[-1]].timestamp, tokens, parts))
         self._closed_sizes.append(len(positions))
         for r in rows:
@@ -173,7 +185,7 @@ class ThreadIndex:
             found = self.segmenter.segment([self.messages[p] for p in positions], vectors, self._history)
             for b in found:
                 ids = tuple(positions[i] for i in b.message_ids)
-                self.open.append(Block(len(self.closed) + len(self.open), ids, b.start_time, b.end_time,
+                self.open.append(Block(self.last_block_no + 1 + len(self.open), ids, b.start_time, b.end_time,
                                        b.tokens, b.parts))
                 self.block_lexical.add([t for i in b.message_ids for t in self._tail[tail_rows[i]][1]])
         self._changed()
@@ -196,7 +208,7 @@ class ThreadIndex:
             expected = self.rows[self.closed_rows:self.closed_rows + len(positions)]
             if b.block_no != self.last_block_no + 1 or None in positions or positions != expected:
                 return False
-            self._close(positions, b)
+            self._close(positions, b.block_no, b)
             self.last_block_no = b.block_no
         self._history = tuple(history) if blocks else self._history
         self.marker = marker

@@ -29,7 +29,7 @@ from .parts import Parts
 from .states import Entry
 from .timeview import on_their_clocks
 from .turns import kept_prompt, prefix_marks, previous_marks, turn_record
-from .views import NoVectors, Reach, candidate_view, end_view, reach_for
+from .views import NoVectors, Reach, candidate_view, end_view, reach_for, unsearched_note
 
 
 # Asking a stored thread without logging the turn, in the cache layout: the next ask carries the
@@ -183,6 +183,9 @@ def _noted(result: AskResult, index: ThreadIndex, budget: Budget | None, raised:
     if result.strategy == "full" and not index.whole and result.budget_tokens is None:
         notes.append(f"the thread has {marker.messages:,} messages, more than view_limit: every one was read "
                      "from the store for `full`")
+    unsearched = unsearched_note(index, marker)
+    if unsearched:
+        notes.append(unsearched)
     if not notes:
         return result
     return replace(result, prompt=replace(result.prompt, notes=(*notes, *result.prompt.notes)))

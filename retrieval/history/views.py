@@ -92,6 +92,8 @@ class NoVectors:
     search yet, as for a long thread whose FAISS index is being built. Its view takes the
     request's terms, its time and the recent turns; their vectors come from the store."""
 
+    size = 0  # vectors held
+
     def __init__(self, thread_id: str):
         self.thread_id = thread_id
 
@@ -111,6 +113,7 @@ def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache
     layout's last prompt held, which the view holds too; `run_on`: the talk after a topic
     request's mentions goes on into the next block (`mentions_run_on`)."""
     thread_id = vectors.thread_id
+    nearest = query is None or vectors.size > 0  # no vectors read yet: no nearest messages to search
     chosen = _dense_blocks(store, vectors, query) if query is not None else []
     if keywords is not None:
         k = TOPIC_LEXICAL_BLOCKS if keywords.intent == TOPIC and listing else LEXICAL_BLOCKS
@@ -142,14 +145,34 @@ def candidate_view(store: StoreReader, vectors: ThreadVectors | NoVectors, cache
     begins = min((m.key for m in stored if m.id in run), default=None)
     # and the open block from there (a late message stamped long ago sorts far back: not a turn)
     turns = run | {m.id for m in tail if begins is not None and m.key >= begins}
+    # which words name a thing (a topic request's listing), and how many blocks the thread has
+    # closed: the view's open blocks are numbered after them, as the whole thread's are
+    named = keywords is not None and keywords.intent == TOPIC and listing
+    frequencies = store.block_frequencies(thread_id, keywords.terms if named else ())
     index = ThreadIndex.build(thread_id, stored, blocks, dim, segmenter, marker=marker, whole=False,
                               vectors=_vectors(store, vectors, stored),  # positions are `stored`'s
                               tail_from=next((p for p, m in enumerate(stored) if m.id in turns), len(stored)),
-                              gaps=_gaps(stored, turns, {b.block_no for b in blocks}))
+                              gaps=_gaps(stored, turns, {b.block_no for b in blocks}), closed_blocks=frequencies[1])
     index.history_tokens = marker.tokens  # budgets and compaction price the whole thread
-    if keywords is not None and keywords.intent == TOPIC and listing:  # which words name a thing
-        index.block_frequencies = store.block_frequencies(thread_id, keywords.terms)
+    index.chosen_blocks = len(blocks)
+    index.searched_nearest = nearest
+    if named:
+        index.block_frequencies = frequencies
     return index
+
+
+def unsearched_note(index: ThreadIndex, marker: Marker) -> str | None:
+    """What a view read without the thread's vectors (the first ask of a thread this process has
+    not read yet) left out: the asks once they are read search every message, so they may send
+    other stretches and more of the budget (a request whose words point to no old block gets
+    only the recent turns here)."""
+    if index.whole or index.searched_nearest:
+        return None
+    found = (f"and the {index.chosen_blocks} older blocks the request's words and time point to"
+             if index.chosen_blocks else "only: the request's words and time point to no older block")
+    return (f"first ask of this thread in this process: searched a view of {len(index.messages):,} of "
+            f"{marker.messages:,} messages (the recent turns {found}), without a similarity search, while the "
+            "process reads the thread: its later asks search every message and may send other stretches")
 
 
 def _gaps(stored: list[StoredMessage], turns: set[int], whole: set[int]) -> frozenset[int]:

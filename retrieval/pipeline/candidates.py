@@ -122,7 +122,9 @@ def fact_candidates(index: ThreadIndex, dense: np.ndarray, terms: list[str], wid
         fused = fused + boost[np.asarray(index.row_block)]
     rows = np.argsort(-fused, kind="stable")[:limit]
     # made as the packer reads them: a budget stops it after a few dozen of the 400
-    return ((_fact(index, int(r), width), float(dense[r]), int(index.row_block[r]), index.rows[r]) for r in rows)
+    blocks = index.blocks  # named by their number in the store (a view holds a few of them)
+    return ((_fact(index, int(r), width), float(dense[r]), blocks[int(index.row_block[r])].id, index.rows[r])
+            for r in rows)
 
 
 def _fact(index: ThreadIndex, row: int, width: int) -> Iterator[tuple[int, ...]]:
