@@ -7,6 +7,7 @@ from typing import Any
 
 from .billing import price_model, warm_tokens
 from .pipeline import AskResult
+from .pipeline.assemble import NO_ROOM
 
 
 def _time(ts) -> str | None:
@@ -54,6 +55,8 @@ def ask_dict(result: AskResult, numbering: str = STORE_IDS) -> dict[str, Any]:
         "llm_calls": result.llm_calls,
         "notes": list(result.prompt.notes),
     }
+    if result.prompt.selection.whole_thread:  # blocks sent the thread as full does: nothing to retrieve
+        out["whole_thread"] = True
     if result.prompt.selection.elsewhere:  # other threads of the channel (a wider scope)
         out["elsewhere"] = [{"thread": e.thread_id, "score": round(e.score, 4), "start": _time(e.start),
                              "messages": len(e.lines)} for e in result.prompt.selection.elsewhere]
@@ -84,8 +87,11 @@ def ask_text(data: dict[str, Any]) -> str:
             label = f"block {b['block_id']}" if b["block_id"] is not None else "message"
             why = "in the named time" if b["score"] is None else f"cosine {b['score']:.3f}"
             lines.append(f"  {label:>9}  {why}  {span}  {words} {idx[0]}-{idx[-1]} ({len(idx)})")
-    elif kw:
-        lines.append("retrieved: nothing scored high enough")
+    elif data.get("whole_thread"):
+        lines.append("retrieved: none needed: the whole thread fits the budget, sent as it is")
+    elif kw:  # said where it is the cause (once): the budget, not the scores, left retrieval out
+        room = next((n for n in data["notes"] if n.startswith(NO_ROOM)), None)
+        lines.append(f"retrieved: nothing: {room}" if room else "retrieved: nothing scored high enough")
     recent = data["recent_message_indices"]
     if recent:
         lines.append(f"recent verbatim turns: {words} {recent[0]}-{recent[-1]} ({len(recent)})")
@@ -96,7 +102,7 @@ def ask_text(data: dict[str, Any]) -> str:
     if "evidence_kept" in data:
         ev = data["evidence_kept"]
         lines.append(f"ground truth kept: {ev['kept']}/{ev['of']}")
-    lines.extend(f"note: {n}" for n in data["notes"])
+    lines.extend(f"note: {n}" for n in data["notes"] if not (n.startswith(NO_ROOM) and kw and not data["retrieved"]))
     if "answer" in data:
         lines.append("answer:")
         lines.append(data["answer"])

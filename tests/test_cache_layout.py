@@ -141,10 +141,11 @@ def test_without_a_turn_log_the_cache_layout_still_puts_retrieval_last(settings,
     from semhist import Engine
 
     engine = Engine(replace(settings, layout="cache", system_prompt=SYSTEM), llm=None)
-    result = engine.ask(ramen, "ラーメンの話題について要約してください。", budget=Budget.parse("1500"))
+    # under the whole thread's 1,415 tokens: a thread that fits is sent whole, nothing retrieved
+    result = engine.ask(ramen, "ラーメンの話題について要約してください。", budget=Budget.parse("1300"))
     engine.close()
     messages = result.prompt.messages
-    assert messages[0]["content"] == SYSTEM and _is_context(messages[-2]) and result.prompt.tokens <= 1500
+    assert messages[0]["content"] == SYSTEM and _is_context(messages[-2]) and result.prompt.tokens <= 1300
     assert not any(_is_context(m) for m in messages[1:-2])
 
 
@@ -205,3 +206,25 @@ def test_a_thread_past_view_limit_keeps_its_prompt_start_as_a_whole_one_does(mak
             assert turns[-1]["content"] == result.request
     assert restarts[100] <= restarts[100_000] + 1, restarts
     assert reuse[100] >= 0.6 and reuse[100] >= reuse[100_000] - 0.05, reuse
+
+
+def test_going_on_from_an_earlier_prompt_blocks_sends_a_thread_that_fits_whole_and_says_when_none_fit(
+        make_history, ramen):
+    """Issue 54, the cache layout after an earlier prompt (the turn log's): a thread that fits
+    the budget is sent as `full` sends it (framed, it cost 103%), and it stays the prompt's start;
+    a budget too tight for any retrieval says so."""
+    from semhist.pipeline.assemble import NO_ROOM
+
+    history = make_history(layout="cache")
+    history.add_many("t", [{**m.to_openai(), "timestamp": m.timestamp.isoformat()} for m in ramen.messages])
+    request = "ラーメンの話題は？"
+    for budget in ("2000", "2000", "100%"):
+        blocks = history.ask("t", request, strategy="blocks", budget=Budget.parse(budget))
+        full = history.ask("t", request, strategy="full", budget=Budget.parse(budget))
+        assert blocks.prompt.messages == full.prompt.messages and blocks.prompt.selection.whole_thread
+    logged = [r for r in history.log("t") if r["strategy"] == "blocks"]
+    assert not logged[-1]["cache"]["restarted"]  # the same start as the turn before
+    for _ in range(2):  # the first ask, then one going on from it
+        tight = history.ask("t", request, strategy="blocks", budget=Budget.parse("10%"))
+        room = [n for n in tight.prompt.notes if n.startswith(NO_ROOM)]
+        assert not tight.prompt.selection.retrieved and len(room) == 1, tight.prompt.notes

@@ -13,8 +13,10 @@ from tests.conftest import RAMEN_REQUEST, SAMPLES, SHARED_DATA
 def semhist(*args, cache_dir, env=None, check=True):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AZURE_OPENAI", "SEMHIST_"))}
     full_env.update({"SEMHIST_CACHE_DIR": str(cache_dir), **(env or {})})
+    # a command on the packaged model makes several calls, each within the limit llm_env sized
+    limit = 600 + 10 * float(full_env.get("SEMHIST_LLM_TIMEOUT", 0))
     proc = subprocess.run([sys.executable, "-m", "semhist.cli", *args], capture_output=True, text=True,
-                          env=full_env, timeout=600)
+                          env=full_env, timeout=limit)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -141,6 +143,14 @@ def test_empty_request_and_dataset_without_queries(cache_dir, tmp_path):
     assert report["strategies"]["blocks"]["n_queries"] == 0 and CONTRACT <= set(report["strategies"]["blocks"])
 
 
+def test_eval_of_a_missing_file_is_one_sentence_saying_where_the_sets_come_from(cache_dir, tmp_path):
+    proc = semhist("eval", str(tmp_path / "locomo.jsonl"), cache_dir=cache_dir, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"semhist: error: {tmp_path / 'locomo.jsonl'}: no such file; the "
+                                                "evaluation guide (docs/guides/evaluation.md, 'Benchmark files') says "
+                                                "where each benchmark file comes from"]
+
+
 def test_eval_of_an_llm_strategy_without_llm_fails_before_any_work(cache_dir):
     proc = semhist("eval", str(SAMPLES / "ramen.json"), "--strategy", "summary", cache_dir=cache_dir, check=False)
     assert proc.returncode == 3 and "needs an LLM" in proc.stderr and "Traceback" not in proc.stderr
@@ -169,3 +179,28 @@ def test_ask_with_an_option_between_file_and_request(cache_dir):
     data = json.loads(semhist("ask", str(SAMPLES / "ramen.json"), "--budget", "50%", RAMEN_REQUEST, "--json",
                               cache_dir=cache_dir).stdout)
     assert data["messages"][-1]["content"] == RAMEN_REQUEST and data["budget_tokens"]
+
+
+@pytest.mark.parametrize("layout", ["head", "cache"])
+def test_ask_says_when_the_budget_left_no_room_for_retrieval(cache_dir, layout):
+    """Issue 54: at 10% the ramen topic's best block (cosine 0.59, retrieved at 25%) did not
+    fit, and the CLI said "nothing scored high enough" with no note."""
+    ask = ("ask", str(SAMPLES / "ramen.json"), "ラーメンの話題は？", "--budget", "10%", "--layout", layout)
+    data = json.loads(semhist(*ask, "--json", cache_dir=cache_dir).stdout)
+    room = [n for n in data["notes"] if n.startswith("the budget left no room for retrieved history")]
+    assert not data["retrieved"] and len(room) == 1, data["notes"]
+    needed, left = (int(w) for w in room[0].replace("(", " ").replace(",", " ").split() if w.isdigit())
+    assert needed > left == data["budget_tokens"] - data["prompt_tokens"]
+    text = semhist(*ask, cache_dir=cache_dir).stdout
+    assert f"retrieved: nothing: {room[0]}" in text and "scored high enough" not in text
+    # nothing above the threshold is the other cause, and says so
+    text = semhist(*ask, "--min-score", "0.95", cache_dir=cache_dir).stdout
+    assert "retrieved: nothing scored high enough" in text and "no room" not in text
+
+
+def test_ask_sends_a_thread_that_fits_the_budget_whole(cache_dir):
+    """Issue 54: at 2000 tokens blocks sent the ramen thread (1,392 tokens whole) as 1,440, framed."""
+    ask = ("ask", str(SAMPLES / "ramen.json"), "ラーメンの話題は？", "--budget", "2000")
+    data = json.loads(semhist(*ask, "--json", cache_dir=cache_dir).stdout)
+    assert data["whole_thread"] and not data["retrieved"] and data["prompt_tokens"] == data["full_history_tokens"]
+    assert "retrieved: none needed: the whole thread fits the budget" in semhist(*ask, cache_dir=cache_dir).stdout

@@ -145,8 +145,20 @@ def test_planted_text_stays_data_in_the_runs_input(make_history):
     model = PlayedBack([[said("Noted.", "msg_1")]])
     agent = Agent(name="planted", instructions="Answer from the conversation.", model=model)
     asyncio.run(Runner.run(agent, REQUEST, session=s, run_config=RunConfig(session_input_callback=s.prompt)))
-    shown = check_prompt([m for m in model.inputs[0] if isinstance(m, dict) and "role" in m], *CORPUS)
+    shown = check_prompt([_as_message(m) for m in model.inputs[0] if isinstance(m, dict) and (
+        "role" in m or m.get("type") in ("function_call", "function_call_output"))], *CORPUS)
     assert len(shown) == len(CORPUS), {c["id"] for c in CORPUS} - shown
+
+
+def _as_message(item: dict) -> dict:
+    """An input item as the chat message the check reads: a thread that fits the budget is sent
+    whole, its tool calls and results as the SDK's items, not quoted in the retrieved history."""
+    if item.get("type") == "function_call":
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"function": {"name": item["name"], "arguments": item["arguments"]}}]}
+    if item.get("type") == "function_call_output":
+        return {"role": "tool", "content": str(item.get("output"))}
+    return item
 
 
 def test_a_reply_the_same_as_one_in_the_prompt_is_stored_too(session):

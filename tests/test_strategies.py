@@ -219,3 +219,44 @@ def test_at_a_tight_budget_the_recent_turns_leave_room_for_retrieval(engine, ram
     assert len(units) == PROTECTED_UNITS or history_cost(ramen, result.prompt.selection.history_ids) \
         <= RECENT_SHARE * result.budget_tokens
     assert len(engine.ask(ramen, "一蘭の特徴は？").prompt.selection.history) > len(units)  # no budget: all recent
+
+
+@pytest.fixture(scope="module", params=["head", "cache"])
+def layout_engine(request, cache_dir):
+    return Engine(Settings.load(env={}, cache_dir=cache_dir, layout=request.param), llm=None)
+
+
+def test_blocks_never_sends_more_than_full_when_the_whole_thread_fits(layout_engine, ramen):
+    """Issue 54: at 2000 tokens blocks sent the 68 messages of the ramen thread as 103% of
+    `full`: the older ones framed in the context message, each stretch dated."""
+    for request in (RAMEN_REQUEST, "ラーメンの話題は？"):
+        whole = layout_engine.ask(ramen, request, strategy="full").prompt.tokens
+        for budget in ("100%", str(whole), str(whole + 50), "2000", "20000"):
+            full, blocks = (layout_engine.ask(ramen, request, strategy=s, budget=Budget.parse(budget))
+                            for s in ("full", "blocks"))
+            assert full.prompt.tokens == whole, budget  # the whole thread fits
+            assert blocks.prompt.tokens <= full.prompt.tokens, (request, budget)
+            assert blocks.included == full.included and blocks.prompt.selection.whole_thread
+        truth = set(ramen.ground_truth(RAMEN_REQUEST).relevant)
+        assert truth <= {ramen.messages[p].index for p in blocks.included}
+    # a budget one token short of the whole thread retrieves as before
+    short = layout_engine.ask(ramen, "ラーメンの話題は？", strategy="blocks", budget=Budget.parse(str(whole - 1)))
+    assert short.prompt.selection.retrieved and not short.prompt.selection.whole_thread
+
+
+def test_a_prompt_without_retrieval_says_whether_the_budget_or_the_scores_left_it_out(layout_engine, ramen):
+    """Issue 54: at 10% the ramen topic's best block (retrieved at 25%) did not fit, and nothing said so."""
+    from semhist.pipeline.assemble import NO_ROOM
+
+    tight = layout_engine.ask(ramen, "ラーメンの話題は？", budget=Budget.parse("10%"))
+    room = [n for n in tight.prompt.notes if n.startswith(NO_ROOM)]
+    assert not tight.prompt.selection.retrieved and len(room) == 1, tight.prompt.notes
+    needed, left = (int(w) for w in room[0].replace("(", " ").replace(",", " ").split() if w.isdigit())
+    assert needed > left == tight.budget_tokens - tight.prompt.tokens
+    roomy = layout_engine.ask(ramen, "ラーメンの話題は？", budget=Budget.parse("25%"))
+    assert roomy.prompt.selection.retrieved and not any(n.startswith(NO_ROOM) for n in roomy.prompt.notes)
+    # nothing above the threshold: no candidate, no note about the room
+    strict = Engine(Settings.load(env={}, cache_dir=layout_engine.settings.cache_dir, min_score=0.95,
+                                  layout=layout_engine.settings.layout), llm=None)
+    scored = strict.ask(ramen, "ラーメンの話題は？", budget=Budget.parse("10%"))
+    assert not scored.prompt.selection.retrieved and not scored.prompt.notes

@@ -58,7 +58,8 @@ def test_a_conversation_cut_by_size_goes_on_to_the_pause(engine, hour_thread):
     index = engine.index(hour_thread)
     cut = [b for b in index.blocks if set(b.message_ids) <= set(TARGET)]
     assert len(cut) >= 3  # the 80 messages are several blocks: the test is about the size cuts
-    result = engine.ask(hour_thread, "7月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("6000"))
+    # under the whole thread's 5,750 tokens: a thread that fits is sent whole, nothing retrieved
+    result = engine.ask(hour_thread, "7月20日の21時台に話した内容をまとめてください。", budget=Budget.parse("5000"))
     groups = _groups(result)
     assert groups[0] == set(range(6, 66))  # 21:40 to 21:59:40, first
     assert groups[1] == set(range(66, 86))  # then on past 22:00 across the size cuts, to the pause

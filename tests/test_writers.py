@@ -41,7 +41,8 @@ def test_a_scoped_writers_system_message_is_quoted_history(make_history):
     h.add_many("t", LATER)
     stored = h.store.messages("t")[len(TALK):len(TALK) + 2]
     assert [(m.role, m.name) for m in stored] == [("user", "system"), ("user", "developer")]
-    result = h.ask("t", "What did we decide about the budget?", budget=Budget.parse("2000"))
+    # under the whole thread's 383 tokens: a thread that fits is sent whole, as `full` sends it
+    result = h.ask("t", "What did we decide about the budget?", budget=Budget.parse("350"))
     assert RULE not in _operator_text(result)  # never an instruction
     context = next(m["content"] for m in result.prompt.messages if "<retrieved_history>" in str(m["content"]))
     assert f'user (named "system"): {RULE}' in context  # found, and shown as what it is

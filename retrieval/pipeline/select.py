@@ -57,6 +57,7 @@ class Retrieved:
     rank: int
     block_id: int | None = None
     whole: tuple[int, ...] = ()
+    needed: int | None = None  # left out by the budget: the fewest tokens any of its alternatives needed
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ class Selection:
     elsewhere: tuple[Excerpt, ...] = ()  # other threads of the channel (a request with a wider scope)
     left_out: tuple[Retrieved, ...] = ()  # candidates ranked high enough that the budget could not hold
     listed: tuple[int, ...] = ()  # stretches about the request left out, each named by a dated line (listing.py)
+    room: int | None = None  # under a budget, the tokens retrieval had (its context message included)
+    whole_thread: bool = False  # the whole thread fit the budget: sent as `full` sends it, nothing retrieved
 
     @property
     def history_ids(self) -> tuple[int, ...]:
@@ -300,7 +303,7 @@ def pack(candidates: Iterable[Candidate],
     held = 0  # candidates the prompt already held whole (counted with `count_kept`)
     remaining = iter(candidates)
     for alternatives, score, block_id, hit in remaining:
-        offered = None
+        offered, least = None, None
         for ids in alternatives:
             new = tuple(p for p in ids if p not in taken)
             if not new:
@@ -309,6 +312,7 @@ def pack(candidates: Iterable[Candidate],
                 break
             offered = offered or new
             price = sum(cost_of(p, p == hit) for p in new) + RUN_OVERHEAD
+            least = price if least is None else min(least, price)
             if spent + price <= budget:
                 out.append(Retrieved(new, score, len(out), block_id, (hit,) if hit in new else ()))
                 taken.update(new)
@@ -316,16 +320,18 @@ def pack(candidates: Iterable[Candidate],
                 offered = None
                 break
         if offered is not None and len(left) < LEFT_OUT:
-            left.append(Retrieved(offered, score, -1, block_id))
+            # what the smallest part needed: when nothing fits, the prompt says so (assemble.fit)
+            left.append(Retrieved(offered, score, -1, block_id, needed=least))
         if max_groups and len(out) + held >= max_groups:
             break
         if budget - spent < MIN_USEFUL:
             # the budget is spent: the next candidate is what it left out
             following = next(remaining, None)
             if following is not None and len(left) < LEFT_OUT:
-                first = next(iter(following[0]), ())
-                new = tuple(p for p in first if p not in taken)
-                if new:
-                    left.append(Retrieved(new, following[1], -1, following[2]))
+                parts = [tuple(p for p in ids if p not in taken) for ids in following[0]]
+                if parts and parts[0]:
+                    least = min(sum(cost_of(p, p == following[3]) for p in new) + RUN_OVERHEAD
+                                for new in parts if new)
+                    left.append(Retrieved(parts[0], following[1], -1, following[2], needed=least))
             break
     return out, left

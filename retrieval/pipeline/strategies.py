@@ -27,8 +27,8 @@ from .listing import LINE_SHARE, about, listed, reserve, unshown
 from .candidates import fact_candidates, time_candidates, topic_candidates
 from .mentions import Mentions, cover_boost, mention_rows
 from .search import author_boost, dense_rows, score_messages, searched_terms
-from .select import (Candidate, Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results, line_cost,
-                     pack, protected_count, shown_cost, stable_units)
+from .select import (Candidate, Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results,
+                     current_turn, line_cost, pack, protected_count, shown_cost, stable_units, unit_cost)
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,8 @@ class Blocks:
 
     def select(self, inp: StrategyInput) -> Selection:
         s, thread, index, plan = inp.settings, inp.thread, inp.index, inp.keywords
+        if _whole_fits(inp):  # retrieval could only send it again, framed and dated: more tokens
+            return Selection(history=inp.units, restarted=inp.start != inp.units[0][0], whole_thread=True)
         recent = stable_units(thread.messages, inp.units, s.recent, inp.step)
         cleared: tuple[int, ...] = ()
         earlier: tuple[Earlier, ...] = ()
@@ -176,11 +178,28 @@ class Blocks:
         if lines:
             retrieved, left = pack(candidates(budget - lines), cost, budget - lines, kept, max_groups)
             named = _named(thread, index, found, kept, retrieved, budget)
+        room = None if inp.budget_tokens is None else (budget - lines) + context_overhead()
         if mem is None:
             return Selection(tuple(retrieved), recent, cleared=cleared, earlier=earlier, restarted=restarted,
-                             left_out=tuple(left), listed=named)
+                             left_out=tuple(left), listed=named, room=room)
         return Selection(tuple(retrieved), recent, mem.summary, mem.notes, _quoted(index, mem), cleared, earlier,
-                         restarted, left_out=tuple(left), listed=named)
+                         restarted, left_out=tuple(left), listed=named, room=room)
+
+
+def _whole_fits(inp: StrategyInput) -> bool:
+    """Whether the whole thread, sent as `full` sends it, fits the token budget (a billed
+    budget's turns are held to it by the cache layout's own rules: cached.py). Its stored
+    current turn costs as `assemble.fit` counts it; counting stops at the budget."""
+    if inp.budget_tokens is None or inp.billed is not None or not inp.index.whole or not inp.units:
+        return False
+    thread, units = inp.thread, inp.units
+    current = current_turn(thread.messages, units[-1], inp.request)
+    total = fixed_cost(thread, inp.request, inp.settings.system_prompt, inp.closing)
+    for i, unit in enumerate(reversed(units)):
+        total += unit_cost(thread, unit, (), inp.request if current and i == 0 else None)
+        if total > inp.budget_tokens:
+            return False
+    return True
 
 
 def _named(thread: Thread, index: ThreadIndex, found, kept: frozenset[int], retrieved: list[Retrieved],
