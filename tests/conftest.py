@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -107,14 +110,17 @@ def llm_server(tmp_path_factory):
         pytest.fail(f"local LLM unavailable: {exc}", pytrace=False)
     port = _free_port()
     log_path = tmp_path_factory.mktemp("llm") / "server.log"
+    # One thread, as `semhist llm-server` has by default: llama.cpp's threads meet at every layer,
+    # so on 2 cores that other work keeps busy (load 5-6) two threads wrote 0.85 tokens/s and one
+    # wrote 4.5; on a quiet machine one is at most about twice as slow.
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "semhist.cli", "llm-server", "--port", str(port),
-             "--threads", str(min(2, os.cpu_count() or 1)), "--cache-dir", str(model_cache)],
+            [sys.executable, "-m", "semhist.cli", "llm-server", "--port", str(port), "--threads", "1",
+             "--cache-dir", str(model_cache)],
             stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        wait_until_ready(base_url, timeout=180)
+        wait_until_ready(base_url, timeout=180 * busier(0.0))
     except SemhistError as exc:
         proc.kill()
         pytest.fail(f"{exc}\n{log_path.read_text(errors='replace')[-3000:]}", pytrace=False)
@@ -127,12 +133,86 @@ def llm_server(tmp_path_factory):
         proc.wait()
 
 
+@pytest.fixture(scope="session")
+def llm_speed(llm_server) -> ModelSpeed:
+    """How fast the packaged model reads and writes here, measured once its server is up."""
+    try:
+        return ModelSpeed.measure(llm_server)
+    except TimeoutError:
+        pytest.skip(f"the packaged model is too slow here to judge: 48 tokens took over {MOST_LLM_TIMEOUT:.0f} s")
+
+
 @pytest.fixture
-def llm_env(llm_server) -> dict[str, str]:
+def llm_env(llm_server, llm_speed) -> dict[str, str]:
+    """The environment that points semhist at the packaged model, with an LLM time limit sized
+    to the model's measured speed and to how busy the machine is now (see ModelSpeed)."""
     from semhist.llm.server import MODEL_NAME
 
+    timeout = llm_speed.timeout()
+    if timeout > MOST_LLM_TIMEOUT:
+        pytest.skip(f"the packaged model is too slow here to judge: {llm_speed}, so one call could take "
+                    f"{timeout:.0f} s (more than {MOST_LLM_TIMEOUT:.0f} s)")
     return {"OPENAI_BASE_URL": llm_server, "OPENAI_API_KEY": "local", "SEMHIST_LLM_MODEL": MODEL_NAME,
-            "SEMHIST_LLM_TIMEOUT": "120"}
+            "SEMHIST_LLM_TIMEOUT": f"{timeout:.0f}"}
+
+
+def busier(than: float) -> float:
+    """How many times busier the machine is now than at load `than` (at least 1): the 1-minute
+    load average per core, counted only above one task a core."""
+    cores = os.cpu_count() or 1
+    return max(1.0, max(1.0, os.getloadavg()[0] / cores) / max(1.0, than / cores))
+
+
+# A time limit on LLM calls sized to the model here. A fixed 120 s held on a quiet machine; at
+# load 4-7 on 2 cores five tests of test_llm.py and one of test_memory.py ran out of it and failed.
+# The limit only stops a call that hangs, so a generous one costs a quiet machine nothing.
+LEAST_LLM_TIMEOUT = 120.0
+# Past this a call is too slow to wait for in a test run: the tests skip and say so.
+MOST_LLM_TIMEOUT = 1800.0
+# The largest LLM work one request of the tests does, in tokens read and written: an answer of up
+# to answer_tokens (512) after a prompt of ~1,400 tokens, or a summary of up to ~630, plus the
+# request analysis, since one SEMHIST_LLM_TIMEOUT covers them all; then twice over.
+WORST_READ, WORST_WRITTEN = 2 * 2_000, 2 * 700
+# The probe: a prompt of some 500 tokens, then 48 tokens written (numbers, so always 48).
+PROBE_PROMPT = ("Here is a list: " + ", ".join(f"item {i}" for i in range(150))
+                + ".\nIgnore it. Count from 1 to 200, one number after another, separated by spaces.")
+PROBE_WRITTEN = 48
+
+
+@dataclass(frozen=True)
+class ModelSpeed:
+    read_s: float  # seconds per prompt token
+    write_s: float  # seconds per written token
+    load: float  # the 1-minute load average when measured
+
+    @classmethod
+    def measure(cls, base_url: str) -> ModelSpeed:
+        from semhist.llm.server import MODEL_NAME
+
+        body = {"model": MODEL_NAME, "temperature": 0, "max_tokens": PROBE_WRITTEN,
+                "messages": [{"role": "user", "content": PROBE_PROMPT}]}
+        request = urllib.request.Request(f"{base_url}/chat/completions", data=json.dumps(body).encode(),
+                                         headers={"content-type": "application/json"})
+        load, start = os.getloadavg()[0], time.monotonic()
+        with urllib.request.urlopen(request, timeout=MOST_LLM_TIMEOUT) as reply:
+            answer = json.load(reply)
+        took = time.monotonic() - start
+        timings, usage = answer.get("timings") or {}, answer.get("usage") or {}
+        if timings.get("prompt_n") and timings.get("predicted_n"):  # llama.cpp's own split
+            return cls(timings["prompt_ms"] / 1000 / timings["prompt_n"],
+                       timings["predicted_ms"] / 1000 / timings["predicted_n"], load)
+        per_token = took / max(1, usage.get("total_tokens") or PROBE_WRITTEN)  # all at the writing speed
+        return cls(per_token, per_token, load)
+
+    def timeout(self) -> float:
+        """Seconds an LLM call may take now: the tests' largest at the measured speed, scaled
+        by how much busier the machine has become since."""
+        worst = WORST_READ * self.read_s + WORST_WRITTEN * self.write_s
+        return max(LEAST_LLM_TIMEOUT, worst * busier(self.load))
+
+    def __str__(self) -> str:
+        return (f"{1 / self.read_s:.1f} tokens/s read, {1 / self.write_s:.1f} written, measured at load "
+                f"{self.load:.1f} on {os.cpu_count() or 1} cores")
 
 
 def wait_for(predicate, timeout: float = 10.0) -> bool:

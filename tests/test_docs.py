@@ -3,11 +3,13 @@ what the command prints, its figures are in the benchmarks' output, its defaults
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import fields
 from pathlib import Path
 
@@ -18,8 +20,9 @@ from .docfigures import unbacked
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNABLE = re.compile(r"^<!-- runnable -->\n```(bash|python)\n(.*?)^```", re.M | re.S)
-# every fenced block with its marker line (or none) and its language
-FENCED = re.compile(r"(?:^(<!--.*?-->)\n)?^```(\w*)\n(.*?)^```", re.M | re.S)
+# every fenced block with its marker line (or none), its indent and its language; a block in a
+# list item is indented, and went unchecked when only blocks at the margin were read
+FENCED = re.compile(r"(?:^[ \t]*(<!--.*?-->)\n)?^([ \t]*)```(\w*)\n(.*?)^\2```", re.M | re.S)
 
 
 def runnable_blocks() -> list[tuple[str, str, str]]:
@@ -35,7 +38,7 @@ def fenced_blocks() -> list[tuple[str, str | None, str, str]]:
         text = page.read_text(encoding="utf-8")
         for m in FENCED.finditer(text):
             where = f"{page.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}"
-            out.append((where, m.group(1), m.group(2), m.group(3)))
+            out.append((where, m.group(1), m.group(3), textwrap.dedent(m.group(4))))
     return out
 
 
@@ -62,6 +65,42 @@ def test_every_block_of_code_says_whether_it_runs():
                 and not body.startswith("$ semhist ")
                 and not (marker and re.match(r"<!-- (runnable|ci:[\w-]+|not run: .+) -->", marker))]
     assert not unmarked, f"say whether these run: {unmarked}"
+
+
+def test_the_readme_names_what_the_test_command_needs_before_it():
+    """Every Debian package a test fails asking for (`apt-get install NAME`) is on the one
+    `apt-get install` line the README gives before its test command, with how long it takes."""
+    asked = {name for test in (ROOT / "tests").glob("*.py")
+             for name in re.findall(r"apt-get install ([a-z][\w.-]*)", test.read_text(encoding="utf-8"))}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    before = readme[:readme.index("<!-- ci:test-command -->")]
+    lines = re.findall(r"`apt-get install ([^`]+)`", before.split("<!-- ci:main-command -->")[1])
+    assert len(lines) == 1 and asked == set(lines[0].split()) == {"postgresql", "chromium", "haproxy"}, lines
+    assert re.search(r"takes .{0,40} on 2 cores: .{0,120}? took \d[\d,]* s", before, re.S)  # and how it is known
+
+
+def test_no_two_runnable_examples_store_different_texts_under_one_key():
+    """A reader runs the examples one after another on one data directory: an example that adds
+    another text under a thread and key an earlier one used would store nothing, silently."""
+    python_add = re.compile(r"\.add\(\s*\"([^\"]+)\",\s*\"\w+\",\s*\"([^\"]*)\",\s*key=\"([^\"]+)\"")
+    cli_add = re.compile(r"semhist add --thread (\S+) .*?\"([^\"]*)\" --key (\S+)")
+    bodies = [body for _, _, body in runnable_blocks()]
+    bodies.append((ROOT / "retrieval" / "__init__.py").read_text(encoding="utf-8"))  # the package docstring
+    texts: dict[tuple[str, str], set[str]] = {}
+    for body in bodies:
+        for thread, text, key in [*python_add.findall(body), *cli_add.findall(body)]:
+            texts.setdefault((thread, key), set()).add(text)
+    assert len(texts) >= 3
+    assert not {k: v for k, v in texts.items() if len(v) > 1}
+
+
+def test_the_service_guide_shows_what_an_append_answers():
+    pytest.importorskip("fastapi")  # the service extra; the test extra brings it
+    from semhist.service.schemas import Added
+
+    guide = (ROOT / "docs" / "guides" / "service.md").read_text(encoding="utf-8")
+    shown = [json.loads(m) for m in re.findall(r"-> 201 (\{.*?\})\s*$", guide, re.M)]
+    assert shown and all(set(answer) == set(Added.model_fields) for answer in shown), shown
 
 
 def test_every_figure_quoted_from_a_benchmark_is_in_its_output():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import signal
 import sys
@@ -11,13 +12,27 @@ from collections.abc import Callable
 from semhist.kernel.errors import SemhistError
 from semhist.kernel.settings import CACHE, EMBED, INPUT, SEGMENT, STORE, WRITE, Settings
 
-from semhist import STRATEGIES
-from . import files, serving, stored
 from .options import ASKING, FILES, READING, SERVING, WRITING, add_settings, settings_from
 
 log = logging.getLogger("semhist")
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+
+# semhist.STRATEGIES' names, written out: importing the strategies loads numpy, FAISS and the
+# embedder, which `semhist ... --help` must not wait for (tests/test_cli_startup.py checks both).
+STRATEGY_NAMES = ("full", "window", "token-budget", "summary", "structured", "utterances", "blocks")
+
+
+def _handler(where: str) -> Handler:
+    """A command's function named "module.function" (files.py, stored.py, serving.py), imported
+    when the command runs: building the parser (so every --help) imports none of the library's
+    heavy modules."""
+    module, name = where.split(".")
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        return getattr(importlib.import_module(f".{module}", __package__), name)(args, settings)
+    run.__name__ = run.__qualname__ = name
+    return run
 
 
 def cmd_llm_server(args: argparse.Namespace, settings: Settings) -> int:
@@ -84,9 +99,9 @@ class _Intermixed(argparse.ArgumentParser):
             self._inside = False
 
 
-def _command(sub, name: str, handler: Handler, groups: tuple[str, ...], **kwargs) -> argparse.ArgumentParser:
+def _command(sub, name: str, handler: Handler | str, groups: tuple[str, ...], **kwargs) -> argparse.ArgumentParser:
     p = sub.add_parser(name, **kwargs)
-    p.set_defaults(func=handler, groups=groups)
+    p.set_defaults(func=_handler(handler) if isinstance(handler, str) else handler, groups=groups)
     return p
 
 
@@ -94,10 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semhist", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
-    strategies = list(STRATEGIES)
+    strategies = list(STRATEGY_NAMES)
     thread_help = "a stored thread's id (then no FILE), or which thread of a file that holds several"
 
-    p = _command(sub, "ask", files.cmd_ask, ASKING,
+    p = _command(sub, "ask", "files.cmd_ask", ASKING,
                  help="build the prompt for one request over a history file or a stored thread",
                  usage="semhist ask FILE REQUEST [options] | semhist ask --thread ID REQUEST [options]")
     p.add_argument("file", metavar="FILE", nargs="?", help="history: JSON list, {\"messages\": [...]}, JSON Lines, "
@@ -112,18 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--answer", action="store_true", help="also send the prompt to the LLM and print the reply")
 
-    p = _command(sub, "compare", files.cmd_compare, ASKING, help="one request under every strategy, side by side",
+    p = _command(sub, "compare", "files.cmd_compare", ASKING, help="one request under every strategy, side by side",
                  usage="semhist compare FILE REQUEST [options] | semhist compare --thread ID REQUEST [options]")
-    p.add_argument("file", metavar="FILE", nargs="?")
-    p.add_argument("request", nargs="?", help="'-': read it from standard input")
+    p.add_argument("file", metavar="FILE", nargs="?", help="history: JSON list, {\"messages\": [...]}, JSON Lines, "
+                                                          "or benchmark threads (omit it to ask a stored thread)")
+    p.add_argument("request", nargs="?", help="the user's new request ('-': read it from standard input)")
     p.add_argument("--request-file", metavar="PATH", help="read the request from a file ('-': standard input)")
     p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: all")
     p.add_argument("--budget", help="tokens (2000), a share (10%%) or billed tokens (1000b)")
     p.add_argument("--thread", help=thread_help)
     p.add_argument("--json", action="store_true")
 
-    p = _command(sub, "eval", files.cmd_eval, FILES, help="benchmark strategies on a dataset with ground truth")
-    p.add_argument("dataset", help="JSON Lines of benchmark threads")
+    p = _command(sub, "eval", "files.cmd_eval", FILES, help="benchmark strategies on a dataset with ground truth")
+    p.add_argument("dataset", metavar="DATASET",
+                   help="threads with ground truth: JSON Lines, one thread a line ({\"id\", \"messages\", "
+                        "\"queries\": [{\"query\", \"relevant_message_indices\", \"answer\"?, \"category\"?}]}; "
+                        "with --segmentation, \"topic_segments\"), or one such thread as JSON")
     p.add_argument("--strategy", action="append", choices=strategies, help="repeat; default: blocks")
     p.add_argument("--budget", help="hard per-query budget: tokens or a share of each thread's history")
     p.add_argument("--limit", type=int, help="only the first N threads")
@@ -138,19 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score the segmenter against the file's topic_segments (Pk, WindowDiff) instead")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    p = _command(sub, "index", files.cmd_index, (EMBED, SEGMENT, INPUT, CACHE),
+    p = _command(sub, "index", "files.cmd_index", (EMBED, SEGMENT, INPUT, CACHE),
                  help="store and embed a history file once, for semhist ask --index")
-    p.add_argument("file")
+    p.add_argument("file", metavar="FILE", help="history: JSON list, {\"messages\": [...]}, JSON Lines, or "
+                                                "benchmark threads (--thread picks one)")
     p.add_argument("--out", required=True, help="directory to write")
     p.add_argument("--thread", help="which thread of a file that holds several")
 
-    p = _command(sub, "ingest", stored.cmd_ingest, WRITING, help="store a history file as a thread (idempotent)")
-    p.add_argument("file")
+    p = _command(sub, "ingest", "stored.cmd_ingest", WRITING, help="store a history file as a thread (idempotent)")
+    p.add_argument("file", metavar="FILE", help="history: JSON list, {\"messages\": [...]}, JSON Lines, or "
+                                                "benchmark threads (--source-thread picks one); messages "
+                                                "already stored from the same file are skipped")
     p.add_argument("--thread", help="the stored thread's id (default: the file's thread id)")
     p.add_argument("--source-thread", help="which thread of the file, when it holds several")
     p.add_argument("--quiet", action="store_true")
 
-    p = _command(sub, "add", stored.cmd_add, (EMBED, SEGMENT, INPUT, STORE, WRITE, CACHE),
+    p = _command(sub, "add", "stored.cmd_add", (EMBED, SEGMENT, INPUT, STORE, WRITE, CACHE),
                  help="append one message to a stored thread")
     p.add_argument("text", help="the message ('-': read it from standard input)")
     p.add_argument("--thread", required=True)
@@ -160,10 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="the caller's id for the message (e.g. a Teams activity id): adding it again "
                                  "stores nothing")
 
-    p = _command(sub, "threads", stored.cmd_threads, READING, help="list stored threads")
+    p = _command(sub, "threads", "stored.cmd_threads", READING, help="list stored threads")
     p.add_argument("--json", action="store_true")
 
-    p = _command(sub, "forget", stored.cmd_forget, (SEGMENT, STORE, CACHE),
+    p = _command(sub, "forget", "stored.cmd_forget", (SEGMENT, STORE, CACHE),
                  help="forget a thread, some messages, messages before a date, or expired ones")
     p.add_argument("--thread")
     p.add_argument("--message", type=int, action="append", help="a message id (repeat)")
@@ -173,34 +195,35 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "rows (SQLite VACUUM; PostgreSQL VACUUM FULL, which "
                                                          "locks the tables while it runs)")
 
-    p = _command(sub, "reindex", stored.cmd_reindex, (EMBED, SEGMENT, STORE, WRITE, CACHE),
+    p = _command(sub, "reindex", "stored.cmd_reindex", (EMBED, SEGMENT, STORE, WRITE, CACHE),
                  help="embed, tokenize and segment stored threads again with the current settings")
     p.add_argument("--thread", help="one thread (default: all)")
     p.add_argument("--quiet", action="store_true")
 
-    p = _command(sub, "log", stored.cmd_log, READING,
+    p = _command(sub, "log", "stored.cmd_log", READING,
                  help="what every ask of a thread sent: keyword, blocks, scores, tokens, timings")
     p.add_argument("--thread", required=True)
     p.add_argument("--limit", type=int, help="the newest N asks")
     p.add_argument("--json", action="store_true")
 
-    p = _command(sub, "retention", stored.cmd_retention, READING, help="keep a thread's messages for N days only (or off)")
+    p = _command(sub, "retention", "stored.cmd_retention", READING,
+                 help="keep a thread's messages for N days only (or off)")
     p.add_argument("--thread", required=True)
     p.add_argument("--days", required=True, help="days, or off")
 
-    p = _command(sub, "stats", stored.cmd_stats, READING,
+    p = _command(sub, "stats", "stored.cmd_stats", READING,
                  help="monitoring figures from the turn log: tokens sent vs full history, compactions, LLM cost")
     p.add_argument("--thread", help="one thread only")
     p.add_argument("--json", action="store_true")
 
-    p = _command(sub, "partitions", stored.cmd_partitions, READING,
+    p = _command(sub, "partitions", "stored.cmd_partitions", READING,
                  help="PostgreSQL: the hash partitions of semhist's tables by thread; --raise-to splits them")
     p.add_argument("--raise-to", type=int, metavar="N",
                    help="split every partition until each table has N (a multiple of the current count); "
                         "requests wait while each step moves one partition's rows")
     p.add_argument("--json", action="store_true")
 
-    p = _command(sub, "serve", serving.cmd_serve, SERVING,
+    p = _command(sub, "serve", "serving.cmd_serve", SERVING,
                  help="serve stored threads over HTTP (JSON API, OpenAPI at /openapi.json; extra semhist[service])")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; anything but loopback needs "
                                                        "SEMHIST_API_TOKEN")
@@ -209,13 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "across machines)")
     p.add_argument("--access-log", action="store_true", help="log every request")
 
-    p = _command(sub, "ui", serving.cmd_ui, SERVING,
+    p = _command(sub, "ui", "serving.cmd_ui", SERVING,
                  help="the web inspector over the local store: threads, blocks, each turn's prompt, try a request "
                       "(extra semhist[service]; loopback only)")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
 
-    p = _command(sub, "agent", serving.cmd_agent, ASKING,
+    p = _command(sub, "agent", "serving.cmd_agent", ASKING,
                  help="a Teams agent (Microsoft 365 Agents SDK) that remembers its threads (extra semhist[teams])",
                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=AGENT_LOCALLY)
     p.add_argument("--host", default="127.0.0.1")
@@ -227,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "memory as a context provider (extra semhist[agent-framework]; docs/samples/"
                         "teams_agent_framework.py)")
 
-    p = _command(sub, "mcp", serving.cmd_mcp, SERVING,
+    p = _command(sub, "mcp", "serving.cmd_mcp", SERVING,
                  help="stored threads as an MCP server: search, recall, add, forget, list (extra semhist[mcp])")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="stdio (started by the client) or streamable HTTP at /mcp")

@@ -30,7 +30,7 @@ from semhist.kernel.ids import check_thread_id
 from semhist.kernel.model import Thread
 from semhist.kernel.budget import Budget
 from semhist.kernel.settings import Settings
-from semhist.kernel.validate import resolve_zone
+from semhist.kernel.validate import resolve_zone, time_argument
 
 from semhist.kernel.writers import OPERATOR, Writer
 
@@ -79,22 +79,23 @@ class History(Maintenance):
         return files.put(self, thread, progress)
 
     def add(self, thread_id: str, role: str, content: str, *, name: str | None = None,
-            timestamp: datetime | None = None, key: str | None = None) -> int:
-        """Append one message (one embedding plus O(1) store work); returns its id. `key`
-        (e.g. a Teams activity id) makes adding the same message twice a no-op: the id of
-        the stored one comes back."""
-        raw: dict[str, Any] = {"role": role, "content": content, "name": name, "id": key,
-                               "timestamp": timestamp.isoformat() if timestamp else None}
+            timestamp: datetime | str | None = None, key: str | None = None) -> int:
+        """Append one message (one embedding plus O(1) store work); returns its id. `timestamp`:
+        a datetime or ISO 8601 text (default: now; without a zone, `Settings.timezone`'s), as
+        `add_many` takes it. `key` (e.g. a Teams activity id) makes adding the same message
+        twice a no-op: the id of the stored one comes back."""
+        stamp = time_argument(timestamp, "timestamp", resolve_zone(self.settings.timezone))
+        raw: dict[str, Any] = {"role": role, "content": content, "name": name, "id": key, "timestamp": stamp}
         return self.add_many(thread_id, [raw]).every_id[0]
 
     def add_many(self, thread_id: str, messages: Sequence[Mapping[str, Any]], *,
                  writer: Writer = OPERATOR) -> IngestResult:
         """Append OpenAI chat messages, each optionally with "id" (the caller's idempotency
-        key), "timestamp" (default: now) and "name". Every message is checked before any is
-        stored, so a bad one stores nothing; ids already stored add nothing and their
-        message's id comes back in `every_id`. `writer`: who writes (kernel/writers.py); a
-        system or developer message from a writer `operator_writers` does not trust is stored
-        as quoted history, its position in `quoted`."""
+        key), "timestamp" (a datetime, ISO 8601 text or epoch seconds; default: now) and "name".
+        Every message is checked before any is stored, so a bad one stores nothing; ids already
+        stored add nothing and their message's id comes back in `every_id`. `writer`: who
+        writes (kernel/writers.py); a system or developer message from a writer
+        `operator_writers` does not trust is stored as quoted history, its position in `quoted`."""
         check_thread_id(thread_id)
         raw, keys, quoted = batches.prepared(messages, writer, self.settings.trusted_writers)
         thread, _ = build_thread(thread_id, raw, zone=resolve_zone(self.settings.timezone), lenient=False, hint="",

@@ -13,6 +13,7 @@ from semhist.indexers.index import manifest as manifests
 from semhist.indexers.ingest import check_identifiers, cutoff
 from semhist.kernel.model import embedding_text
 from semhist.kernel.ids import check_thread_id
+from semhist.kernel.validate import resolve_zone, time_argument
 from semhist.kernel.model import Place, StoredMessage, as_message
 
 
@@ -21,11 +22,14 @@ log = logging.getLogger(__name__)
 
 
 class Maintenance:
-    def forget(self: Any, thread_id: str, *, ids: list[int] | None = None, before: datetime | None = None) -> int:
+    def forget(self: Any, thread_id: str, *, ids: list[int] | None = None,
+               before: datetime | str | None = None) -> int:
         """Forget the whole thread (no ids, no date), some messages, or all before a date:
         text, vectors, cached embeddings, index files, summaries and statements, turn log.
-        Every process notices at its next read of the thread."""
+        `before`: a datetime or ISO 8601 text, as `add` takes a time. Every process notices at
+        its next read of the thread."""
         check_thread_id(thread_id)
+        before = time_argument(before, "before", resolve_zone(self.settings.timezone))
         if ids is not None and not all(isinstance(i, int) and 0 < i < 2**63 for i in ids):
             raise InputError(f"message ids are positive integers below 2^63; got {ids!r}"[:200], field="ids")
         whole = ids is None and before is None

@@ -51,32 +51,51 @@ def _too_deep(value: Any, depth: int = 0) -> bool:
 
 
 def parse_timestamp(value: Any, zone: tzinfo) -> datetime:
-    """ISO 8601 (with or without zone), '2025-07-29 09:00', or epoch seconds or milliseconds
-    -> aware datetime."""
-    from dateutil import parser as dparser
-
+    """A datetime, ISO 8601 text (with or without zone), '2025-07-29 09:00', or epoch seconds
+    or milliseconds -> aware datetime; a time without a zone is on `zone`."""
     if isinstance(value, bool):
         raise ValueError("a boolean is not a time")
-    if isinstance(value, (int, float)):
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, (int, float)):
         return _from_epoch(value)
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected an ISO 8601 string or epoch seconds, got {shown(value)}")
-    text = value.strip()
-    try:
-        if text.replace(".", "", 1).isdigit():
-            return _from_epoch(float(text))
-        parsed = dparser.isoparse(text)
-    except (ValueError, OverflowError):
-        try:
-            parsed = dparser.parse(text)
-        except (ValueError, OverflowError) as exc:
-            raise ValueError(f"cannot parse time {shown(value)}") from exc
+    elif not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a datetime, ISO 8601 text or epoch seconds, got {shown(value)}")
+    else:
+        parsed = _parsed_text(value)
     parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)
     try:
         parsed.astimezone(timezone.utc)  # stored as UTC: 9999-12-31T23:59-01:00 is year 10000 there
     except (OverflowError, ValueError):
         raise ValueError(f"time {shown(value)} is out of range (years 1-9999 in UTC)") from None
     return parsed
+
+
+def _parsed_text(value: str) -> datetime:
+    from dateutil import parser as dparser
+
+    text = value.strip()
+    try:
+        if text.replace(".", "", 1).isdigit():
+            return _from_epoch(float(text))
+        return dparser.isoparse(text)
+    except (ValueError, OverflowError):
+        try:
+            return dparser.parse(text)
+        except (ValueError, OverflowError) as exc:
+            raise ValueError(f"cannot parse time {shown(value)}") from exc
+
+
+def time_argument(value: Any, argument: str, zone: tzinfo) -> datetime | None:
+    """A time given to a public call (`History.add`'s `timestamp`, `forget`'s `before`): what a
+    message's "timestamp" takes, read by the same rules, so no call takes a form another refuses.
+    Anything else is an InputError naming the argument; None stays None."""
+    if value is None:
+        return None
+    try:
+        return parse_timestamp(value, zone)
+    except ValueError as exc:
+        raise InputError(f"{argument}: {exc}", field=argument) from None
 
 
 # Epoch seconds reach year 5138 at 1e11; JavaScript and Teams clients send milliseconds
