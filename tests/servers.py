@@ -223,6 +223,40 @@ class Recorder:
         self.server.server_close()
 
 
+class Canned:
+    """An OpenAI-compatible endpoint that answers every request with the next canned body for
+    its route (chat completions or responses) and keeps what it was sent. Only for what no
+    model can be made to say (a reply whose tool-call id holds an e-mail address, a field a
+    provider adds): answers themselves are the packaged model's (`Recorder`)."""
+
+    def __init__(self, answers: dict[str, list[dict]]):
+        self.bodies: list[dict] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                outer.bodies.append(json.loads(self.rfile.read(int(self.headers.get("content-length") or 0))))
+                queue = answers["responses" if self.path.endswith("/responses") else "chat"]
+                body = json.dumps(queue.pop(0) if len(queue) > 1 else queue[0]).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class Connector:
     """A local stand-in for the Teams connector: the endpoint the Agents SDK posts an agent's
     replies to (the activity's serviceUrl). Keeps every activity it is sent, in order."""

@@ -9,10 +9,8 @@ Responses API; the store's files, the turn log and the log are then scanned byte
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import logging
-import threading
 from pathlib import Path
 
 import httpx
@@ -22,7 +20,7 @@ from semhist import History
 from semhist.kernel.errors import InputError
 from semhist.kernel.settings import Settings
 
-from .servers import Process
+from .servers import Canned, Process
 
 # (id, field it is sent in, the personal data): every item is its own, so a scan says which leaked
 CORPUS = [
@@ -194,38 +192,6 @@ def test_an_identifier_refused_in_a_later_batch_stores_none_of_the_earlier_ones(
     assert not h.store.has_thread("batched")
 
 
-class _Upstream:
-    """An OpenAI-compatible endpoint that answers every request with the next canned body
-    for its route (chat completions or responses) and keeps what it was sent."""
-
-    def __init__(self, answers: dict[str, list[dict]]):
-        self.bodies: list[dict] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                outer.bodies.append(json.loads(self.rfile.read(int(self.headers.get("content-length") or 0))))
-                queue = answers["responses" if self.path.endswith("/responses") else "chat"]
-                body = json.dumps(queue.pop(0) if len(queue) > 1 else queue[0]).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def _completion(message: dict) -> dict:
     return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
             "choices": [{"index": 0, "finish_reason": "stop", "message": message}]}
@@ -237,7 +203,7 @@ def test_the_proxy_and_the_responses_api_store_and_log_no_item_of_the_corpus(tmp
     # and one reply a call id with personal data: that reply is not stored, the log says so masked
     reply = {"role": "assistant", "content": None, "tool_calls": [
         _call("call_1", "lookup", {"who": VALUES["tool-argument"]}, extra_content={"google": {"owner": extra}})]}
-    upstream = _Upstream({"chat": [_completion(reply), _completion({"role": "assistant", "content": "done"}),
+    upstream = Canned({"chat": [_completion(reply), _completion({"role": "assistant", "content": "done"}),
                                    _completion({"role": "assistant", "content": None, "tool_calls": [
                                        _call(VALUES["tool-call-id-phone"])]})],
                           "responses": [{"id": "resp_1", "object": "response", "status": "completed", "output": [
