@@ -331,9 +331,10 @@ def test_the_forwarded_body_keeps_planted_text_as_data(proxy):
     from .injection import CORPUS, REQUEST, check_prompt, planted_thread
 
     server, relay = proxy
-    httpx.post(server.url + "/v1/threads/planted/messages", json={"messages": planted_thread(CORPUS)},
+    # a thread longer than the budget (one that fits is sent whole, its file part as the client sent
+    # it, which the packaged model refuses), and a budget that holds every planted message (59)
+    httpx.post(server.url + "/v1/threads/planted/messages", json={"messages": planted_thread(CORPUS, more=25)},
                timeout=120).raise_for_status()
-    # a budget that holds every planted message (59 of them: 2500 holds 53, 4000 all)
     client(server, "planted").chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": REQUEST}], max_tokens=1, temperature=0,
         extra_headers={"X-Semhist-Budget": "4000"})

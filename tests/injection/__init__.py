@@ -81,9 +81,10 @@ def _texts(message: dict[str, Any]) -> list[str]:
     return [t for t in texts if t]
 
 
-def planted_thread(cases: list[dict]) -> list[dict[str, Any]]:
-    """One thread with every case's message in its budget talk (the service and the proxy)."""
-    rows = thread_rows(cases[0])
+def planted_thread(cases: list[dict], more: int = 0) -> list[dict[str, Any]]:
+    """One thread with every case's message in its budget talk (the service and the proxy);
+    `more` talks after it (a thread that fits a budget whole is sent as `full` sends it)."""
+    rows = thread_rows(cases[0], more)
     extra = [m for c in cases[1:] for m in [*planted(c), {"role": "assistant", "content": "Noted on the budget."}]]
     rows[3:3] = [{**m, "id": f"p{i}", "timestamp": rows[2]["timestamp"]} for i, m in enumerate(extra)]
     return rows
