@@ -44,6 +44,8 @@ RUNS: dict[str, tuple[list[str], list[str] | None, bool]] = {
                  "--cache-dir", CACHE], ["horizon.json", "horizon.md"], True),
     "limits": (["--limit", "1", "--queries", "3"], ["limits.json", "limits.md"], True),
     "long_thread_view": (["--limit", "1", "--queries", "5", "--cache-dir", CACHE], ["long_thread_view.md"], True),
+    "ltr_features": (["--sets", "locomo,jmultiwoz", "--limit", "6", "--queries", "24", "--cache-dir", CACHE],
+                     ["features.json", "jmultiwoz_tune.npz", "locomo_held.npz", "locomo_tune.npz"], True),
     "make_probes": ([], ["probes.jsonl", "cjk.jsonl"], False),
     # the embedders part loads two more models (e5-small, all-MiniLM on torch): half a minute more
     "multihop": (["--limit", "1", "--queries", "3", "--parts", "ranks", "variants", "oracle"],
@@ -90,12 +92,36 @@ def _run(name: str, args: list[str], tmp_path: Path, cache_dir: Path, timeout: f
                           capture_output=True, text=True, timeout=timeout)
 
 
+# Scripts that read what ltr_features.py wrote: run after it, in its folder (the test below).
+AFTER_FEATURES: dict[str, list[str]] = {
+    "ltr_train": ["--train", "locomo,jmultiwoz"],
+    "ltr_eval": ["--sets", "locomo,jmultiwoz", "--train", "locomo,jmultiwoz", "--ablate", "author"],
+}
+
+
 def test_every_script_is_smoke_tested_or_said_to_need_an_llm():
-    assert sorted([*RUNS, *NEEDS_LLM]) == SCRIPTS
+    assert sorted([*RUNS, *NEEDS_LLM, *AFTER_FEATURES]) == SCRIPTS
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_ranker_scripts_run_on_the_features_they_write(tmp_path, cache_dir):
+    """ltr_features -> ltr_train -> ltr_eval in one folder: features of the tune and held
+    splits, a model fitted on tune alone, held recall with one ablation."""
+    if not SHARED_DATA.exists():
+        pytest.skip(f"benchmark data not found at {SHARED_DATA}")
+    work = tmp_path / "ltr"
+    args = [a.replace(CACHE, str(cache_dir)) for a in RUNS["ltr_features"][0]]
+    for name, more in [("ltr_features", args), *AFTER_FEATURES.items()]:
+        place = ["--out", str(work)] + (["--features", str(work)] if name != "ltr_features" else [])
+        done = _run(name, [*more, *place], tmp_path, cache_dir)
+        assert done.returncode == 0, f"{name}.py:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    model = json.loads((work / "ranker.json").read_text(encoding="utf-8"))
+    assert model["features"] and len(model["weights"]) == len(model["features"])
+    assert "learned" in (work / "ltr_eval.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [s for s in SCRIPTS if s not in AFTER_FEATURES])
 def test_benchmark_runs_on_a_tiny_input(name, tmp_path, cache_dir, request):
     if name in NEEDS_LLM:  # as far as it goes without a model: imports, arguments, its check
         args = NEEDS_LLM[name][0]

@@ -1,0 +1,71 @@
+"""Learning to rank, step 2: fit the linear ranker on TUNE requests only (issue 52).
+
+    python benchmarks/ltr_features.py --out /tmp/ltr       # the features, first
+    python benchmarks/ltr_train.py --train jmultiwoz,jmultiwoz_joined --name ranker_ja   # /tmp/ltr/ranker_ja.json
+    python benchmarks/ltr_train.py --train locomo,locomo_merged,jmultiwoz,jmultiwoz_joined
+
+Reads only DIR/SET_tune.npz (LoCoMo's first five conversations, JMultiWOZ's first 36 threads):
+a held request never reaches a fit. Features are standardized with the training rows' mean and
+deviation; the weights minimise a listwise softmax loss (each request's gold messages against
+all its rows; `--objective pairwise`: RankNet's logistic loss on gold/other pairs) plus L2.
+Writes the model as JSON (feature names, mean, deviation, weights, how it was fitted).
+
+Licence: LoCoMo is CC BY-NC 4.0; weights that ship in the Apache-2.0 package are fitted on
+`--train jmultiwoz,jmultiwoz_joined` alone (JMultiWOZ, CC BY-SA 4.0); see ltr_eval.py for what that costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from common import add_out
+from ltr_model import OBJECTIVES, fit, load, save
+
+SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined")
+GROUPS_OF = {"jmultiwoz": "JMultiWOZ (CC BY-SA 4.0)", "jmultiwoz_joined": "JMultiWOZ (CC BY-SA 4.0)",
+             "locomo": "LoCoMo (CC BY-NC 4.0)", "locomo_merged": "LoCoMo (CC BY-NC 4.0)"}
+
+
+def tune_files(folder: Path, sets: list[str]) -> list[Path]:
+    """The tune halves of `sets`: never a held one."""
+    paths = [folder / f"{s}_tune.npz" for s in sets]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: run benchmarks/ltr_features.py first")
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--features", type=Path, default=Path("/tmp/ltr"), help="ltr_features.py's folder")
+    parser.add_argument("--train", default=",".join(SETS), help=f"tune sets fitted on, of {', '.join(SETS)}")
+    parser.add_argument("--objective", choices=OBJECTIVES, default="softmax")
+    parser.add_argument("--l2", type=float, default=1e-3)
+    parser.add_argument("--drop", default="", help="feature groups left out (semhist.pipeline.features.GROUPS)")
+    parser.add_argument("--name", default="ranker", help="the model's file name, DIR/NAME.json")
+    add_out(parser, Path("/tmp/ltr"))  # not the package: what ships is chosen in a later step
+    args = parser.parse_args()
+    sets = args.train.split(",")
+    if set(sets) - set(SETS):
+        parser.error(f"--train: valid: {', '.join(SETS)}")
+    from semhist.pipeline.features import GROUPS, group_columns
+
+    drop = [g for g in args.drop.split(",") if g]
+    if set(drop) - set(GROUPS):
+        parser.error(f"--drop: valid: {', '.join(GROUPS)}")
+    data = load(tune_files(args.features, sets))
+    model = fit(data, group_columns(drop), args.l2, args.objective)
+    model["trained_on"] = {s: "tune" for s in sets}
+    model["data_licences"] = sorted({GROUPS_OF[s] for s in sets})
+    path = args.out / f"{args.name}.json"
+    size = save(model, path)
+    weights = sorted(zip(model["features"], model["weights"]), key=lambda fw: -abs(fw[1]))
+    print(json.dumps({"out": str(path), "bytes": size, **model["fit"]}))
+    for name, w in weights:
+        print(f"{name:>14} {w:+.3f}")
+
+
+if __name__ == "__main__":
+    main()
