@@ -33,8 +33,9 @@ from semhist.kernel.settings import Settings
 from semhist import Engine
 from semhist.evaluate import evaluate
 
-from common import (PROBES, add_data, add_out, add_subset, data_file, out_file, read_json, subset, time_threads,
+from common import (PROBES, add_data, add_out, add_subset, data_file, out_file, read_json, subset,
                     write_json)
+from time_threads import time_threads
 
 BUDGETS = ("5%", "10%", "25%")
 CJK = PROBES / "cjk.jsonl"

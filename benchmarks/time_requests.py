@@ -21,7 +21,7 @@ variants of the threads:
   could hold), which requests read through candidate views, as a long chat's.
 
 benchmarks/limits.py scores `blocks` on each (recall of the gold messages at 5/10/25%); both build
-the variants with `time_threads` of benchmarks/common.py.
+the variants with `time_threads` of benchmarks/time_threads.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from pathlib import Path
 
 from semhist.indexers.loader import load
 
-from common import add_data, add_out, data_file, out_file, subset, time_threads
+from common import add_data, add_out, data_file, out_file, subset
+from time_threads import time_threads
 
 
 def main() -> None:
