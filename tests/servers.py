@@ -125,7 +125,21 @@ class Cluster:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-class BadLLM:
+class _Local:
+    """A local HTTP server on 127.0.0.1 on a free port, in a thread of its own."""
+
+    def _start(self, handler: type, path: str) -> None:
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class BadLLM(_Local):
     """An OpenAI-compatible endpoint that misbehaves in one way (`mode`), changeable between
     requests: html, not_json, not_utf8, truncated, no_choices, slow, error500."""
 
@@ -152,10 +166,7 @@ class BadLLM:
                 except OSError:
                     pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._start(Handler, "/v1")
 
     def answer(self) -> tuple[bytes | None, str, int]:
         reply = {"id": "x", "object": "chat.completion", "created": 0, "model": "bad",
@@ -170,12 +181,8 @@ class BadLLM:
             "slow": (None, "", 0),
         }[self.mode]
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
-
-class Recorder:
+class Recorder(_Local):
     """A relay in front of a real OpenAI-compatible server that keeps the body of every
     request it passes on: what semhist forwarded, as the model received it. Answers are the
     model's own, relayed as they arrive (streams included)."""
@@ -213,17 +220,10 @@ class Recorder:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.write(b"0\r\n\r\n")
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._start(Handler, "/v1")
 
 
-class Canned:
+class Canned(_Local):
     """An OpenAI-compatible endpoint that answers every request with the next canned body for
     its route (chat completions or responses) and keeps what it was sent. Only for what no
     model can be made to say (a reply whose tool-call id holds an e-mail address, a field a
@@ -247,17 +247,10 @@ class Canned:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._start(Handler, "/v1")
 
 
-class Connector:
+class Connector(_Local):
     """A local stand-in for the Teams connector: the endpoint the Agents SDK posts an agent's
     replies to (the activity's serviceUrl). Keeps every activity it is sent, in order."""
 
@@ -281,11 +274,4 @@ class Connector:
 
             do_PUT = do_POST
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._start(Handler, "/")
