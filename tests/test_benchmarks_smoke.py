@@ -73,6 +73,7 @@ NEEDS_LLM: dict[str, tuple[list[str] | None, list[str], list[str]]] = {
                 ["--parts", "locomo", "--locomo", "1", "--strategies", "window"], ["answers.json", "answers.md"]),
     "llm_request": (["--sets", "samples"], ["--sets", "samples"], ["llm_request.json", "llm_request.md"]),
     "sharded": (["--strategies", "window"], ["--strategies", "window", "--limit", "1"], ["sharded.json", "sharded.md"]),
+    "tiage_questions": ([], ["--limit", "2"], ["tiage_chats.jsonl.xz"]),
     "proxy_turns": (None, ["--upstream", LLM, "--model", "{model}", "--turns", "1", "--history-tokens", "400",
                            "--max-tokens", "8", "--port", "{port}"], ["proxy_turns.json", "proxy_turns.md"]),
 }
