@@ -13,10 +13,13 @@ ltr_features.py wrote for it:
   fit 1k / 2k / 4k, one that does not fit skipped; `/tok`: taken by score per token (the
   learned model's share of the request's evidence, or the baseline's score, over its tokens).
 
-Rankings: `rrf` (today's fused dense + BM25 message rank, as fact_candidates orders before its
-author boost), `rrf+author` (with it), `bm25` (alone, cosine breaking ties), `learned` (fitted on
---train), the same fitted on LoCoMo only or JMultiWOZ only (the licence question: only the
-second may ship), a pairwise fit, and `-GROUP`: refitted without one feature group.
+Rankings: `today` (the hand ranking the learned one replaced: fused rank plus the author and
+cover bonuses, blocks first for a topic request), `rrf` (fused dense + BM25 message rank),
+`rrf+author` (with the author bonus), `bm25` (alone, cosine breaking ties), `learned` (fitted on
+--train: by default the shipped model's data, JMultiWOZ and TIAGE's chats), the same fitted on
+other data (`en`: LoCoMo alone, `ja`: JMultiWOZ alone, `tiage`: TIAGE's chats alone, `all`: every
+set, LoCoMo included; LoCoMo is CC BY-NC 4.0, so a fit on it is for comparison only), a pairwise
+fit, and `-GROUP`: refitted without one feature group.
 """
 
 from __future__ import annotations
@@ -36,10 +39,16 @@ KS = (20, 40, 80)
 BUDGETS = (1000, 2000, 4000)
 RULES = ("today", "blocks-first")  # orders by rule, not by a score
 SCAN = 800  # rows of a request a budget is filled from, best first (4k tokens is ~200 messages)
-SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined")
+SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
+# the hand ranking's bonus for a named author's block and for the block covering the most of the
+# request's words (search.AUTHOR_BONUS and mentions.COVER_BONUS until the learned ranker replaced them)
+AUTHOR_BONUS = COVER_BONUS = 1.0 / 61
 GROUP_NAMES = ("lexical", "dense", "fused", "block", "cover", "author", "recency", "length", "neighbours", "dialogue",
                "time")  # semhist.pipeline.features.GROUPS, named here for --help without importing semhist
-FITS = {"en": "locomo,locomo_merged", "ja": "jmultiwoz,jmultiwoz_joined"}
+# the fits compared with the main one: English real questions (LoCoMo, never shipped), Japanese alone,
+# the shipped default's data (JMultiWOZ and TIAGE's chats) and TIAGE's alone (MIT)
+FITS = {"en": "locomo,locomo_merged", "ja": "jmultiwoz,jmultiwoz_joined", "shipped": "jmultiwoz,jmultiwoz_joined,tiage",
+        "tiage": "tiage", "all": ",".join(SETS)}
 
 
 def _fill(order: list[int], tokens: list[int], gold: list[bool], budget: int) -> int:
@@ -82,9 +91,6 @@ def today(data: dict) -> np.ndarray:
     fused rank. Fused scores are below 0.05, so the scales below order lexicographically.
     On a thread past view_limit a topic request's blocks also get the term cover bonus;
     mentions_first and mentions_run_on (packing orders, not scores) are not reproduced."""
-    from semhist.pipeline.mentions import COVER_BONUS
-    from semhist.pipeline.search import AUTHOR_BONUS
-
     col = {n: i for i, n in enumerate(data["names"])}
     x = lambda n: data["X"][:, col[n]].astype(np.float64)  # noqa: E731
     topic = (data["q_intent"] == "topic")[data["q"]]
@@ -95,8 +101,6 @@ def today(data: dict) -> np.ndarray:
 
 def blocks_first(data: dict) -> np.ndarray:
     """today() with every request ranked as a topic one: its best blocks' messages first."""
-    from semhist.pipeline.search import AUTHOR_BONUS
-
     col = {n: i for i, n in enumerate(data["names"])}
     x = lambda n: data["X"][:, col[n]].astype(np.float64)  # noqa: E731
     return 100.0 * x("time_conv") + 10.0 * (x("blk_fused") + AUTHOR_BONUS * x("author_blk")) + data["rrf_boost"]
@@ -136,7 +140,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--features", type=Path, default=Path("/tmp/ltr"))
     parser.add_argument("--sets", default=",".join(SETS), help="held sets scored")
-    parser.add_argument("--train", default=",".join(SETS), help="tune sets the main model fits on")
+    parser.add_argument("--train", default=FITS["shipped"], help="tune sets the main model fits on (default: the "
+                        "shipped model's)")
     parser.add_argument("--l2", type=float, default=1e-3)
     parser.add_argument("--ablate", default=",".join([*GROUP_NAMES, "lexical+dense+fused"]),
                         help="refits without a feature group (GROUP or GROUP+GROUP), comma-separated; '' for none")
@@ -160,8 +165,8 @@ def main() -> None:
         models[f"-{drop}"] = fit(main_data, group_columns(drop.split("+")), args.l2)
     for name, m in models.items():
         fits[name] = m["fit"]
-        m["trained_on"] = args.train if not name.startswith("learned (") else FITS[name[9:11]]
-    files = {"learned": "ranker", "learned (ja fit)": "ranker_ja", "learned (en fit)": "ranker_en"}
+        m["trained_on"] = args.train if not name.startswith("learned (") else FITS[name[9:].split()[0]]
+    files = {"learned": "ranker", **{f"learned ({label} fit)": f"ranker_{label}" for label in FITS}}
     sizes = {n: save(models[n], args.out / f"{f}.json") for n, f in files.items() if n in models}
 
     began = time.perf_counter()
@@ -192,7 +197,7 @@ def render(results: dict) -> str:
         cell = lambda name, r, c: "-" if name in RULES and c.endswith("/tok") else f"{r[pick][c]:.3f}"  # noqa: E731
         lines += table(["ranking", *cols], [[name, *(cell(name, r, c) for c in cols)] for name, r in by.items()])
         cats = [c for c in by["rrf"] if c != "all"]
-        main = [m for m in ("today", "rrf", "bm25", "learned", "learned (ja fit)", "learned (en fit)") if m in by]
+        main = [m for m in ("today", "rrf", "bm25", "learned", *(f"learned ({f} fit)" for f in FITS)) if m in by]
         lines += ["", "Per category (R@40 / 2k / 2k/tok):", ""]
         lines += table(["category", "n", *main], [[c, by["rrf"][c]["n"], *(
             f"{by[m][c]['R@40']:.3f} / {by[m][c]['2k']:.3f} / "

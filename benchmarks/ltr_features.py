@@ -10,11 +10,18 @@ semhist.pipeline.features (NAMES) and the label "the message is gold evidence"
 (`relevant_message_indices`). The threads are asked as `blocks` asks them: the local keyword
 extractor's plan, the default embedder (USE-m3), the thread's own index.
 
+`--file my.jsonl` writes your own labelled threads instead (the benchmark format of
+docs/guides/evaluation.md; each thread's `split`, `tune` or `held`, says which file it goes to) as
+the set `own`: `python benchmarks/ltr_train.py --train own --out DIR` then fits a model on them,
+which the `ranker_model` setting reads.
+
 Sets: `locomo` (each LoCoMo conversation alone), `locomo_merged` (the ten merged by their own
 dates, benchmarks/horizon_data.py), `jmultiwoz` (each JMultiWOZ thread alone) and
-`jmultiwoz_joined` (the 71 in one, a named thing's gold every stretch of it about the thing). Each is split
+`jmultiwoz_joined` (the 71 in one, a named thing's gold every stretch of it about the thing) and
+`tiage` (TIAGE's chats as long threads of named people, benchmarks/tiage_questions.py). Each is split
 as benchmarks/horizon.py splits it: `tune` is LoCoMo's first five conversations and JMultiWOZ's
-first 36 threads, `held` the rest (a merged request is split by the conversation it came from).
+first 36 threads, `held` the rest (a merged request is split by the conversation it came from;
+TIAGE's by its own train/dev split).
 LoCoMo's category 5 (adversarial, no evidence) is left out, as horizon.py leaves it out.
 
 Writes DIR/SET_SPLIT.npz: X (rows x features, float32), y (gold), q (request number in the
@@ -38,13 +45,14 @@ import numpy as np
 from common import HOME_CACHE, add_out, data_file
 from horizon_data import jmultiwoz_joined, locomo_merged, stripped
 
-SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined")
+SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 # A thread longer than this is asked through candidate views (the `view_limit` setting's
 # default): here it is indexed whole, and each request records that today's ranking would
 # treat it as long (term cover and mentions on: pipeline/mentions.py).
 VIEW_LIMIT = 10_000
-TUNE = {"locomo": 5, "jmultiwoz": 36}  # the first N threads of each file are `tune`
-FILES = {"locomo": "locomo.jsonl", "jmultiwoz": "jmultiwoz_threads.jsonl"}
+TUNE = {"locomo": 5, "jmultiwoz": 36}  # the first N threads of each file are `tune` (tiage: its `split`)
+FILES = {"locomo": "locomo.jsonl", "jmultiwoz": "jmultiwoz_threads.jsonl", "tiage": "tiage_chats.jsonl"}
+HAND_BONUS = 1.0 / 61  # what the hand ranking added for a named author's block (the `rrf_boost` baseline)
 
 
 def _read(path: Path) -> list[dict]:
@@ -83,13 +91,16 @@ class Writer:
         self.parts: dict[str, list] = defaultdict(list)
         self.meta: dict[str, list] = defaultdict(list)
 
-    def add(self, rr, rows: np.ndarray, gold_rows: set[int], gold: int, info: dict) -> None:
+    def add(self, rr, rows: np.ndarray, lines: np.ndarray, gold_rows: set[int], gold: int, info: dict) -> None:
         q = len(self.meta["gold"])
         self.parts["X"].append(rr.features[rows])
         self.parts["y"].append(np.isin(rows, list(gold_rows)).astype(np.int8))
         self.parts["q"].append(np.full(len(rows), q, dtype=np.int32))
-        self.parts["tokens"].append(rr.tokens[rows].astype(np.int32))
-        for name, scores in (("rrf", rr.fused), ("rrf_boost", rr.fused_boosted), ("bm25", rr.lexical),
+        self.parts["tokens"].append(lines[rows].astype(np.int32))
+        from semhist.pipeline.features import NAMES
+
+        author = rr.features[:, NAMES.index("author_blk")]
+        for name, scores in (("rrf", rr.fused), ("rrf_boost", rr.fused + HAND_BONUS * author), ("bm25", rr.lexical),
                              ("cos", rr.dense)):
             self.parts[name].append(scores[rows].astype(np.float32))
         self.meta["gold"].append(gold)
@@ -102,12 +113,14 @@ class Writer:
         np.savez_compressed(path, names=np.asarray(names), **arrays)
 
 
-def requests(name: str, n: int | None, limit: int | None) -> list[tuple[dict, list[tuple[dict, str]]]]:
+def requests(name: str, n: int | None, limit: int | None,
+             own: Path | None = None) -> list[tuple[dict, list[tuple[dict, str]]]]:
     """(thread, [(request, split)]) of a set: each request asked of its own thread."""
-    src = "jmultiwoz" if name.startswith("jmultiwoz") else "locomo"
-    rows = _read(data_file(FILES[src]))
+    src = name.split("_")[0]
+    rows = _read(own if src == "own" else data_file(FILES[src]))
     rows = rows[:limit] if limit else rows
-    tune = {r["id"] for r in rows[:TUNE[src]]}
+    tune = {r["id"] for r in rows[:TUNE[src]]} if src in TUNE else \
+        {r["id"] for r in rows if r.get("split", "tune") == "tune"}
     if name in ("locomo_merged", "jmultiwoz_joined"):
         with tempfile.TemporaryDirectory() as tmp:  # the first `limit` threads, in one
             part = Path(tmp) / FILES[src]
@@ -122,8 +135,9 @@ def requests(name: str, n: int | None, limit: int | None) -> list[tuple[dict, li
 
 def run(name: str, args: argparse.Namespace) -> dict:
     from semhist import Engine, Settings, loads
-    from semhist.pipeline.features import NAMES, ThreadRows, request_rows
+    from semhist.pipeline.features import NAMES, request_rows
     from semhist.pipeline.search import dense_rows
+    from semhist.pipeline.select import line_cost
 
     writers = {"tune": Writer(), "held": Writer()}
     counts: dict = defaultdict(int)
@@ -133,21 +147,22 @@ def run(name: str, args: argparse.Namespace) -> dict:
         settings = Settings.load(cache_dir=args.cache_dir, keyword="local", data_dir=Path(tmp), view_limit=100_000)
         engine = Engine(settings, store=None, llm=None)
         try:
-            for data, asked in requests(name, args.queries or None, args.limit):
+            for data, asked in requests(name, args.queries or None, args.limit, args.file):
                 thread = loads(json.dumps(stripped(data), ensure_ascii=False)).only()
                 index = engine.index(thread)
                 # a row's position is its message's place in the file (no system messages here)
                 assert len(index.messages) == len(data["messages"]), data["id"]
                 row_of = {p: r for r, p in enumerate(index.rows)}
-                static = ThreadRows.of(index)
+                # each row's cost as a whole line of the prompt: what ltr_eval.py fills budgets with
+                lines = np.array([line_cost(index.thread, p, True) for p in index.rows], dtype=np.int64)
                 asker = engine.parts.asker
                 for q, split in asked:
                     plan = asker.keywords(q["query"], thread.last_time)
                     dense = dense_rows(index, asker.query_vector(plan))
-                    rr = request_rows(index, plan, dense, settings.gap_seconds, static)
+                    rr = request_rows(index, plan, dense, settings.gap_seconds)
                     gold = set(q["relevant_message_indices"])
                     rows = _pool(rr, len(index.rows), args.pool, args.all_rows)
-                    writers[split].add(rr, rows, {row_of[p] for p in gold if p in row_of}, len(gold),
+                    writers[split].add(rr, rows, lines, {row_of[p] for p in gold if p in row_of}, len(gold),
                                        {"category": q.get("category") or "none",
                                         "thread": q.get("conversation") or q.get("thread") or data["id"],
                                         "language": data.get("language") or "", "query": q["query"],
@@ -174,9 +189,13 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=400, help="per score, the best rows of a long thread kept")
     parser.add_argument("--all-rows", type=int, default=1500, help="a thread up to this many rows keeps all")
     parser.add_argument("--cache-dir", type=Path, default=HOME_CACHE)
+    parser.add_argument("--file", type=Path, help="your own labelled threads (the benchmark format, each "
+                        "thread's `split` tune or held; tune without): written as the set `own`")
     args = parser.parse_args()
-    sets = args.sets.split(",")
-    if set(sets) - set(SETS):
+    sets = ["own"] if args.file else args.sets.split(",")
+    if args.file and not args.file.is_file():
+        parser.error(f"--file: {args.file} is not a file")
+    if set(sets) - set(SETS) - {"own"}:
         parser.error(f"--sets: valid: {', '.join(SETS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     done = args.out / "features.json"  # sets written by earlier runs into the same folder stay listed

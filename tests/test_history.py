@@ -413,7 +413,7 @@ def test_kept_prompts_are_the_messages_sent_and_a_forget_clears_them(make_histor
 
 
 def test_the_log_says_what_the_budget_left_out(make_history, ramen):
-    h = make_history()
+    h = make_history(hit_window=2)  # a hit's smallest part, a ±2 window, does not fit 250 tokens
     h.ingest("tight", ramen)
     result = h.ask("tight", RAMEN_REQUEST, budget=Budget.parse("250"))
     (turn,) = h.log("tight")

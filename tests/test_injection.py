@@ -63,7 +63,7 @@ def test_planted_text_stays_data_in_the_memory_message():
 
 
 def test_the_cache_layout_carries_earlier_retrievals_as_data(make_history):
-    history = make_history(layout="cache")
+    history = make_history(layout="cache", hit_window=2)  # the planted message comes beside a budget hit
     for i, case in enumerate(CORPUS[:6]):
         history.add_many(f"t{i}", thread_rows(case, more=20))
         # the budget talk retrieved (the second ask: the first fills its budget and is not carried),

@@ -1,5 +1,5 @@
-""""What did we say about X" on a long thread: the blocks that name X rank first (`term_cover`)
-and each one's mention of X is packed before any block whole (`mentions_first`);
+""""What did we say about X" on a long thread: the blocks that name X rank first (the learned
+ranker's cover features; not by dense and BM25 fused alone) and each one's mention of X is packed before any block whole (`mentions_first`);
 retrieval/pipeline/mentions.py. Both act on a thread past `view_limit` (a candidate view)."""
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ def _named_once() -> list[dict]:
 NAMED = "And we booked the Kyoto Sightseeing Bus Company for the guests, pickup at 9."
 
 
-@pytest.mark.parametrize("cover", [True, False])
-def test_the_block_naming_the_thing_outranks_blocks_with_its_words(make_history, cover):
-    h = make_history(term_cover=cover, mentions_first=False, view_limit=VIEW)
+@pytest.mark.parametrize("ranker", ["learned", "fused"])
+def test_the_block_naming_the_thing_outranks_blocks_with_its_words(make_history, ranker):
+    h = make_history(ranker=ranker, mentions_first=False, view_limit=VIEW)
     h.add_many("t", _named_once())
     result = h.ask("t", "What did we say about the Kyoto Sightseeing Bus Company?", budget=Budget.parse("300"))
     kept = [result.thread.messages[p].content for p in result.included]
-    assert (NAMED in kept) is cover, kept  # blocks of two of its words each outrank it without the lever
+    assert (NAMED in kept) is (ranker == "learned"), kept  # blocks of two of its words each outrank it, fused
 
 
 def _long_dialogues(n: int = 6, length: int = 24) -> list[dict]:
@@ -96,13 +96,13 @@ def test_blocks_that_fit_whole_are_taken_whole_first(make_history):
     assert groups.count(24) >= 5, groups  # whole days, not a stretch and then the rest of its day
 
 
-def test_a_thread_that_fits_whole_ranks_as_without_the_levers(make_history):
-    """On a thread within `view_limit` they cost recall (JMultiWOZ's threads alone, 25%): the
-    block naming the thing is not found there, as without them (it is in a view: above)."""
-    h = make_history(term_cover=True, mentions_first=True)
+def test_a_thread_that_fits_whole_finds_the_block_naming_the_thing_too(make_history):
+    """The packing levers stay off on a thread within `view_limit` (they cost JMultiWOZ's
+    threads alone recall at 25%), but the ranker reads the cover features there too."""
+    h = make_history(mentions_first=True)
     h.add_many("t", _named_once())
     result = h.ask("t", "What did we say about the Kyoto Sightseeing Bus Company?", budget=Budget.parse("300"))
-    assert NAMED not in [result.thread.messages[p].content for p in result.included]
+    assert NAMED in [result.thread.messages[p].content for p in result.included]
 
 
 def test_both_lexical_indexes_count_the_words_a_document_holds():

@@ -61,6 +61,7 @@ class ThreadIndex:
         self.last_block_no = -1
         self.units: list[tuple[int, ...]] = []
         self.history_tokens = 0  # prompt cost of every non-system message of the thread
+        self.tokens: list[int] = []  # each message's prompt cost, by position (0: an operator's)
         # a view holds every message of the thread from this position on (its turns); before
         # it, blocks chosen for a request, with the thread's other messages between them
         self.tail_from = 0
@@ -130,8 +131,11 @@ class ThreadIndex:
             self.last_time = m.timestamp
         if m.role == "system":
             self._system.append(pos)
+            self.tokens.append(0)
             return
-        self.history_tokens += m.tokens or count_message(msg.to_openai())
+        tokens = m.tokens or count_message(msg.to_openai())
+        self.tokens.append(tokens)
+        self.history_tokens += tokens
         if m.role == "user" or not self.units:
             self.units.append((pos,))
         else:

@@ -112,7 +112,10 @@ class Settings:
     relative_score: float = option(0.5, group=SEARCH, help="without a budget, leave out topic blocks under this "
                                                            "share of the best block's cosine")
     recent: int = option(6, group=SEARCH, help="recent messages kept verbatim")
-    hit_window: int = option(2, group=SEARCH, help="neighbours kept on each side of a fact hit")
+    # 0 since the learned ranker: a hit's neighbours rank by their own scores, which read the
+    # hit beside them (LoCoMo's tune half, benchmarks/horizon_window2.md against horizon.md)
+    hit_window: int = option(0, group=SEARCH, help="neighbours kept on each side of a fact hit (its "
+                                                   "reply comes with a question either way)")
     context_tokens: int = option(1500, group=SEARCH, help="retrieval's share when no budget is given")
     fill_budget: bool = option(True, group=SEARCH, help="blocks packs retrieval up to the budget "
                                                         "(else at most --top-n groups)")
@@ -141,10 +144,12 @@ class Settings:
                                                        "user/assistant alternation")
     # "user", not "system": the context quotes what anyone once typed, and a system message
     # speaks with the operator's authority (docs/guides/security.md)
-    author_boost: bool = option(True, group=SEARCH, help="blocks: stretches where a person the request names "
-                                                         "speaks rank higher (a thread of many conversations)")
-    term_cover: bool = option(True, group=SEARCH, help="blocks, a topic request: blocks that hold the most of "
-                                                       "its words rank first")
+    ranker: str = option("learned", group=SEARCH, choices=("learned", "fused"),
+                         help="blocks: what orders the candidates: learned (a model over the search's "
+                              "signals, fitted on labelled conversations) or fused (BM25 and dense ranks)")
+    ranker_model: str | None = option(None, group=SEARCH, shown="the shipped one",
+                                      help="the learned ranker's weights: a JSON file fitted by "
+                                           "benchmarks/ltr_train.py on your own labelled threads")
     mentions_first: bool = option(True, group=SEARCH, help="blocks, a topic request under a budget: the stretch "
                                                            "around each block's mention of its thing before any "
                                                            "block whole")

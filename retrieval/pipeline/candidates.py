@@ -16,7 +16,7 @@ from semhist.kernel.settings import Settings
 from .keyword import KeywordResult
 from .mentions import Mentions, mentions_first
 from .named_time import in_range
-from .search import block_max, fused_blocks, fused_rows
+from .search import block_max
 from .select import Candidate
 
 
@@ -35,8 +35,10 @@ REPLY_MESSAGES = 2  # a reply longer than this (tool calls and results) is left 
 def _reply_end(index: ThreadIndex, row: int) -> int:
     """The row after the reply to the user message at `row` (`row + 1` for other messages):
     asked 「ラーメンのトッピングは？」, the best hit is often the earlier question
-    「おすすめのトッピングは？」, and the answer is the message after it."""
-    rows, messages = index.rows, index.thread.messages
+    「おすすめのトッピングは？」, and the answer is the message after it. (The next message after
+    any question, whoever asked, was tried with the learned ranker: LoCoMo's tune half lost at
+    1k and 4k tokens.)"""
+    rows, messages = index.rows, index.messages
     end = row + 1
     if messages[rows[row]].role != "user":
         return end
@@ -53,18 +55,15 @@ def time_candidates(thread: Thread, index: ThreadIndex, plan: KeywordResult, gap
     return in_range(thread.messages, index.blocks, plan.time_range, gap_seconds, around=not plan.keywords)
 
 
-def topic_candidates(index: ThreadIndex, dense: np.ndarray, terms: list[str], s: Settings,
-           relative: bool, boost: np.ndarray | None = None,
-           mentions: Mentions | None = None) -> list[Candidate]:
-    """Whole blocks by hybrid block score; a block too big for what is left offers, largest
-    first, its topic sub-segment around the best message, shorter stretches around that
-    message, and a window. With `mentions`, the blocks that mention the request's thing come
-    first, or the stretch around each one's mentions when they do not fit (mentions.py)."""
-    scores = fused_blocks(index, dense, terms)
-    if boost is not None:
-        scores = scores + boost
+def topic_candidates(index: ThreadIndex, dense: np.ndarray, scores: np.ndarray, s: Settings,
+           relative: bool, mentions: Mentions | None = None) -> list[Candidate]:
+    """Whole blocks by their best message's score (`scores`: the ranker's, per row); a block
+    too big for what is left offers, largest first, its topic sub-segment around that message,
+    shorter stretches around it, and a window. With `mentions`, the blocks that mention the
+    request's thing come first, or the stretch around each one's mentions when they do not
+    fit (mentions.py)."""
+    best = block_max(index, scores)
     best_dense = block_max(index, dense)
-    fused = fused_rows(index, dense, terms)
     first, end = index.block_rows
     floor = -np.inf
     if relative and len(best_dense):  # without a budget, a block far weaker than the best is another topic
@@ -72,10 +71,10 @@ def topic_candidates(index: ThreadIndex, dense: np.ndarray, terms: list[str], s:
     if s.min_score is not None:
         floor = max(floor, s.min_score)
     out, ranked = [], []  # the candidates, and their blocks
-    for b in np.argsort(-scores, kind="stable"):
+    for b in np.argsort(-best, kind="stable"):
         if best_dense[b] < floor:
             continue
-        row = int(first[b]) + int(np.argmax(fused[first[b]:end[b]]))
+        row = int(first[b]) + int(np.argmax(scores[first[b]:end[b]]))
         out.append((_block_and_parts(index, b, row, s.hit_window), float(best_dense[b]), index.blocks[b].id,
                     index.rows[row]))
         ranked.append(int(b))
@@ -114,13 +113,10 @@ def _stretches(index: ThreadIndex, b: int, row: int) -> list[tuple[int, ...]]:
     return out
 
 
-def fact_candidates(index: ThreadIndex, dense: np.ndarray, terms: list[str], width: int,
-           limit: int = 400, boost: np.ndarray | None = None) -> Iterator[Candidate]:
-    """Windows around the best messages by fused dense + BM25 rank (`boost`: per block)."""
-    fused = fused_rows(index, dense, terms)
-    if boost is not None:
-        fused = fused + boost[np.asarray(index.row_block)]
-    rows = np.argsort(-fused, kind="stable")[:limit]
+def fact_candidates(index: ThreadIndex, dense: np.ndarray, scores: np.ndarray, width: int,
+           limit: int = 400) -> Iterator[Candidate]:
+    """Windows around the best messages by the ranker's `scores` (per row)."""
+    rows = np.argsort(-scores, kind="stable")[:limit]
     # made as the packer reads them: a budget stops it after a few dozen of the 400
     blocks = index.blocks  # named by their number in the store (a view holds a few of them)
     return ((_fact(index, int(r), width), float(dense[r]), blocks[int(index.row_block[r])].id, index.rows[r])
@@ -128,7 +124,6 @@ def fact_candidates(index: ThreadIndex, dense: np.ndarray, terms: list[str], wid
 
 
 def _fact(index: ThreadIndex, row: int, width: int) -> Iterator[tuple[int, ...]]:
-    """A hit's window, then the hit and its reply, then the hit alone."""
-    yield _window(index, row, width)
-    yield tuple(index.rows[row:_reply_end(index, row)])
-    yield (index.rows[row],)
+    """A hit's window, then the hit and its reply, then the hit alone (each once)."""
+    yield from dict.fromkeys((_window(index, row, width), tuple(index.rows[row:_reply_end(index, row)]),
+                              (index.rows[row],)))

@@ -1,11 +1,10 @@
-"""Per-message ranking features for a learned ranker (issue 52: ranking that learns).
+"""Per-message ranking features: what the learned ranker reads (ranker.py).
 
 One row of features per message row of a ThreadIndex, for one request, from the signals the
 pipeline already computes: BM25 and dense scores and ranks, their rank fusion, the block's
 best of each, term cover, mentions of the request's thing, a named author speaking, named
-time, position, length, the neighbours of strong hits and question/answer pairs. Nothing
-imports this yet: benchmarks/ltr_features.py writes these rows for training and evaluation,
-and a later step scores candidates with a model fitted on them.
+time, position, length, the neighbours of strong hits and question/answer pairs.
+benchmarks/ltr_features.py writes these rows for training and evaluation.
 
 Every feature is a plain number whose scale does not depend on the thread's length where that
 can be helped (ranks are logged, BM25 is logged and also given relative to the request's best),
@@ -20,12 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from semhist.indexers.index.thread_index import ThreadIndex
+from semhist.kernel.model import Message
 
 from .candidates import time_candidates
 from .keyword import KeywordResult
-from .mentions import cover_boost, mention_rows
-from .search import AuthorTerms, author_boost, block_max, fused_blocks, fused_rows, named_authors, searched_terms
-from .select import line_cost
+from .mentions import cover_blocks, mention_rows
+from .search import AuthorTerms, author_blocks, block_max, fused_blocks, fused_rows, named_authors, searched_terms
 
 # Feature groups: an ablation drops a whole group (a signal is rarely one column).
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -45,7 +44,6 @@ NAMES: tuple[str, ...] = tuple(n for g in GROUPS.values() for n in g)
 
 NEIGHBOURS = 2  # rows each side, within the block, whose best fused score a row sees
 TOP_HITS = 10  # "a hit": one of this many best rows by fused rank (its reply is the answer)
-_QUESTION = ("?", "？")
 
 
 @dataclass(frozen=True)
@@ -53,11 +51,10 @@ class RequestRows:
     """Features of every row for one request, and the scores today's ranking orders by."""
 
     features: np.ndarray  # (rows, len(NAMES)) float32
-    fused: np.ndarray  # fused_rows: today's message ranking (fact_candidates without its boost)
-    fused_boosted: np.ndarray  # fused_rows plus the author boost of the row's block, as fact_candidates ranks
+    fused: np.ndarray  # fused_rows: dense and BM25 ranks fused (the `fused` ranker)
     lexical: np.ndarray  # BM25 of the searched terms
     dense: np.ndarray  # cosine
-    tokens: np.ndarray  # each row's cost as a whole line of the prompt (select.line_cost)
+    tokens: np.ndarray  # each row's message's prompt cost (as stored)
 
 
 def _log_rank(scores: np.ndarray) -> np.ndarray:
@@ -93,37 +90,46 @@ def _adjacent(values: np.ndarray, shift: int) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
 class ThreadRows:
-    """What the features read of the rows whatever the request: computed once per index
-    (counting every row's tokens per request would cost more than the search)."""
+    """What the features read of the messages whatever the request, kept as messages arrive
+    (ThreadIndex.derived): whether each one asks something, and whether it answers the message
+    before it (someone else wrote it). An append costs what it appends (the arrays grow by
+    doubling); nothing is counted per request."""
 
-    tokens: np.ndarray  # each row's cost as a whole line of the prompt (select.line_cost)
-    question: np.ndarray  # the row asks something
-    replies: np.ndarray  # the row follows a row by someone else (a name, or the other role)
+    def __init__(self) -> None:
+        self._flags = np.zeros((64, 2), dtype=bool)  # by position: asks, replies
+        self._n = 0
+        self._last: str | None = None
 
-    @classmethod
-    def of(cls, index: ThreadIndex) -> ThreadRows:
-        messages = [index.messages[p] for p in index.rows]
-        tokens = np.array([line_cost(index.thread, p, True) for p in index.rows], dtype=np.int64)
-        question = np.array([any(q in m.content for q in _QUESTION) for m in messages], dtype=bool)
-        speaker = [m.name or m.role for m in messages]
-        replies = np.array([r > 0 and speaker[r] != speaker[r - 1] for r in range(len(messages))], dtype=bool)
-        return cls(tokens, question, replies)
+    def extend(self, messages: Sequence[Message], start: int) -> None:
+        if len(messages) > len(self._flags):
+            grown = np.zeros((max(len(messages), 2 * len(self._flags)), 2), dtype=bool)
+            grown[:self._n] = self._flags[:self._n]
+            self._flags = grown
+        for pos in range(start, len(messages)):
+            m = messages[pos]
+            if m.role == "system":  # no row (ThreadIndex._add_rows): it answers nobody
+                continue
+            who, text = m.name or m.role, m.content
+            self._flags[pos] = ("?" in text or "？" in text, self._last is not None and who != self._last)
+            self._last = who
+        self._n = len(messages)
+
+    def value(self, index: ThreadIndex) -> tuple[np.ndarray, np.ndarray]:
+        """(asks, replies), one flag a row."""
+        flags = self._flags[np.asarray(index.rows, dtype=np.int64)]
+        return flags[:, 0], flags[:, 1]
 
 
-def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap_seconds: float,
-                 rows: ThreadRows | None = None) -> RequestRows:
-    """The features of every row of `index` for the request `plan` (its query's cosines
-    `dense`); `rows`: ThreadRows.of(index), when several requests are scored on one index."""
+def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap_seconds: float) -> RequestRows:
+    """The features of every row of `index` for the request `plan` (its query's cosines `dense`)."""
     n = len(index.rows)
-    rows = rows or ThreadRows.of(index)
+    asks, replies = index.derived("ranking rows", ThreadRows)
     terms = searched_terms(index, plan.terms)
     lexical = index.lexical.scores(terms).astype(np.float64)
-    fused = fused_rows(index, dense, terms)
-    boost = author_boost(index, plan.terms)
+    fused = fused_rows(index, dense, terms, lexical)
+    authors = author_blocks(index, plan.terms)
     block = np.asarray(index.row_block)
-    boosted = fused + boost[block] if boost is not None else fused
     f: dict[str, np.ndarray] = {}
 
     top = lexical.max() if n else 0.0
@@ -154,16 +160,16 @@ def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap
         f["cover"] = f["blk_cover"] = np.zeros(n)
     mentioned = mention_rows(index, terms)
     f["mention"] = mentioned.astype(np.float64) if mentioned is not None else np.zeros(n)
-    cover = cover_boost(index, terms)
-    f["cover_top"] = (cover > 0)[block].astype(np.float64) if cover is not None else np.zeros(n)
+    cover = cover_blocks(index, terms)
+    f["cover_top"] = cover[block].astype(np.float64) if cover is not None else np.zeros(n)
 
     names = named_authors(index, plan.terms)
     spoken = index.derived("author terms", AuthorTerms).rows_by(index, names) if names else None
     f["author_row"] = spoken.astype(np.float64) if spoken is not None else np.zeros(n)
-    f["author_blk"] = (boost[block] > 0).astype(np.float64) if boost is not None else np.zeros(n)
+    f["author_blk"] = authors[block].astype(np.float64) if authors is not None else np.zeros(n)
 
     f["recency"] = np.log1p(np.arange(n - 1, -1, -1, dtype=np.float64))
-    tokens = rows.tokens
+    tokens = np.asarray(index.tokens, dtype=np.int64)[np.asarray(index.rows, dtype=np.int64)]
     f["length"] = np.log(np.maximum(tokens, 1))
 
     ranks = f["rrf_rank"]
@@ -173,9 +179,9 @@ def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap
     f["nb_rank"] = np.where(np.isfinite(near_rank), near_rank, np.log(max(n, 1)))
     f["prev_rrf"], f["next_rrf"] = _adjacent(fused, -1), _adjacent(fused, 1)
 
-    question = rows.question.astype(np.float64)
+    question = asks.astype(np.float64)
     hit = ranks < np.log(TOP_HITS + 0.5)
-    replies = rows.replies  # the answer to a hit: the next row, by someone else
+    # the answer to a hit: the next row, by someone else
     prev_hit = _adjacent(hit.astype(np.float64), -1) > 0
     prev_question = _adjacent(question, -1) > 0
     f["is_question"] = question
@@ -185,7 +191,7 @@ def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap
     f["time_in"], f["time_conv"] = _named_time(index, plan, gap_seconds)
 
     features = np.stack([np.asarray(f[name], dtype=np.float64) for name in NAMES], axis=1).astype(np.float32)
-    return RequestRows(features, fused, boosted, lexical, dense, tokens)
+    return RequestRows(features, fused, lexical, dense, tokens)
 
 
 def _named_time(index: ThreadIndex, plan: KeywordResult, gap_seconds: float) -> tuple[np.ndarray, np.ndarray]:

@@ -2,12 +2,12 @@
 
 "What did we say about 京都観光バス株式会社" asks for the talk that names the thing, and on a
 long thread its words one by one are everywhere (京都, バス): a block that holds one of them
-outranks, by dense and BM25 fused, one that names the thing. Three levers for a thread past
-`view_limit` (each a setting, each measured alone and together in benchmarks/horizon*.md; on a
-thread that fits whole they cost JMultiWOZ's threads alone 0.993 -> 0.980 at 25%, so they stay
-off there):
+outranks, by dense and BM25 fused, one that names the thing. Which blocks hold the most of its
+distinct words (`cover_blocks`) is one of the learned ranker's features (ranker.py; it replaced
+a fixed bonus, `term_cover`). Two packing levers for a thread past `view_limit` (each a setting,
+measured in benchmarks/horizon*.md; on a thread that fits whole they cost JMultiWOZ's threads
+alone 0.993 -> 0.980 at 25%, so they stay off there):
 
-- `term_cover`: blocks that hold the most of the request's distinct words rank first;
 - `mentions_first`: under a budget it fills, the stretch around each block's mention of the
   thing is packed before any block whole, so every stretch about it gets its core before one
   long dialogue takes the room with what it said about everything else;
@@ -26,13 +26,8 @@ import numpy as np
 
 from semhist.indexers.index.thread_index import ThreadIndex
 
-from .search import RRF_K
 from .select import Candidate
 
-# A block holding the most of the request's words ranks as if one list put it first (as a
-# block where a named person speaks does: search.AUTHOR_BONUS); more changed nothing (JMultiWOZ
-# joined, entity requests: the same recall with three lists' worth).
-COVER_BONUS = 1.0 / (RRF_K + 1)
 # The stretch around a block's mentions: from this many messages before the first to this many
 # after the last. Chosen on JMultiWOZ's first 36 threads (2 / 5 against 1 / 3, 2 / 9, 3 / 14).
 MENTION_BEFORE, MENTION_AFTER = 2, 5
@@ -42,9 +37,9 @@ MENTION_BEFORE, MENTION_AFTER = 2, 5
 # docs/guides/strategies.md, "The thing a request names").
 RUN_ON_FITS = 10
 
-def cover_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
-    """Per block: COVER_BONUS where a block holds the most of the request's distinct words;
-    None when that is fewer than two (one word ranks by BM25 already) or every block holds them."""
+def cover_blocks(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
+    """Per block: whether it holds the most of the request's distinct words; None when that is
+    fewer than two (one word ranks by BM25 already) or every block holds them."""
     distinct = set(terms)
     if len(distinct) < 2 or not len(index.blocks):
         return None
@@ -52,7 +47,7 @@ def cover_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     top = int(held.max())
     if top < 2 or (held == top).all():
         return None
-    return (held == top) * COVER_BONUS
+    return held == top
 
 
 def mention_rows(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:

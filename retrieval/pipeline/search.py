@@ -120,14 +120,11 @@ def named_authors(index: ThreadIndex, terms: Sequence[str]) -> list[frozenset[st
     return [name for name in index.derived("author terms", AuthorTerms).names if name & asked]
 
 
-# A block where a person the request names speaks ranks as if one list put it first: on a
-# thread of many conversations "what did Caroline say about X" means Caroline's talk.
-AUTHOR_BONUS = 1.0 / (RRF_K + 1)
-
-
-def author_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
-    """Per block: AUTHOR_BONUS where an author the request names speaks; None when it names none
-    or when every block has them (one conversation between two people: no information)."""
+def author_blocks(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
+    """Per block: whether an author the request names speaks in it ("what did Caroline say about
+    X" on a thread of many conversations means Caroline's talk; a feature of the learned ranker,
+    ranker.py); None when it names none or when every block has them (one conversation between
+    two people: no information)."""
     names = named_authors(index, terms)
     if not names or not len(index.blocks):
         return None
@@ -138,12 +135,14 @@ def author_boost(index: ThreadIndex, terms: Sequence[str]) -> np.ndarray | None:
     spoken = np.maximum.reduceat(rows.astype(np.int8), first) > 0
     if spoken.all() or not spoken.any():
         return None
-    return spoken * AUTHOR_BONUS
+    return spoken
 
 
-def fused_rows(index: ThreadIndex, dense: np.ndarray, terms: Sequence[str]) -> np.ndarray:
-    """Per message row: dense and BM25 ranks fused."""
-    lexical = index.lexical.scores(terms)
+def fused_rows(index: ThreadIndex, dense: np.ndarray, terms: Sequence[str],
+               lexical: np.ndarray | None = None) -> np.ndarray:
+    """Per message row: dense and BM25 ranks fused (`lexical`: the rows' BM25 of `terms`, when
+    the caller has it already)."""
+    lexical = index.lexical.scores(terms) if lexical is None else lexical
     if not lexical.any():
         return rrf([(dense, 1.0)])
     fused = rrf([(dense, 1.0), (lexical, LEXICAL_WEIGHT)])
@@ -177,7 +176,7 @@ def score_messages(index: ThreadIndex, query: np.ndarray, k: int) -> list[tuple[
 
 def score_blocks(index: ThreadIndex, query: np.ndarray) -> list[ScoredBlock]:
     """Every block by its best message's cosine alone, best first (a dense-only view, for
-    inspection and tests; `blocks` ranks with `fused_blocks`)."""
+    inspection and tests; `blocks` ranks with the ranker: ranker.py)."""
     dense = dense_rows(index, query)
     best = block_max(index, dense)
     first, end = index.block_rows

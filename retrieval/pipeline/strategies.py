@@ -25,8 +25,9 @@ from .cached import cached_part, region_of, turns_cap
 from .keyword import TOPIC, KeywordResult
 from .listing import LINE_SHARE, about, listed, reserve, unshown
 from .candidates import fact_candidates, time_candidates, topic_candidates
-from .mentions import Mentions, cover_boost, mention_rows
-from .search import author_boost, dense_rows, score_messages, searched_terms
+from .mentions import Mentions, mention_rows
+from .ranker import get_ranker
+from .search import dense_rows, score_messages, searched_terms
 from .select import (Candidate, Carried, Earlier, MemoryResult, Retrieved, Selection, clearable_results,
                      current_turn, line_cost, pack, protected_count, shown_cost, stable_units, unit_cost)
 
@@ -147,11 +148,8 @@ class Blocks:
             # a budget is always a cap; with fill_budget it is also the target
             budget, max_groups = (room, None) if s.fill_budget and fresh is None else (min(room, budget), max_groups)
         terms = searched_terms(index, plan.terms)
-        boost = author_boost(index, plan.terms) if s.author_boost else None  # the people it names
+        scores = get_ranker(s.ranker, s.ranker_model).rows(index, plan, dense, s.gap_seconds)
         long = plan.intent == TOPIC and not index.whole  # a thing's words are everywhere (mentions.py)
-        if long and s.term_cover:  # and the blocks that name its thing
-            cover = cover_boost(index, terms)
-            boost = cover if boost is None else boost if cover is None else boost + cover
         # under a budget it fills, the rows that mention its thing
         mentioned = mention_rows(index, terms) if long and s.mentions_first and max_groups is None else None
 
@@ -160,9 +158,9 @@ class Blocks:
             if plan.intent == TOPIC:
                 mentions = None if mentioned is None else Mentions(
                     mentioned, room, s.gap_seconds if s.mentions_run_on else None)
-                return chain(timed, topic_candidates(index, dense, terms, s, relative=max_groups is not None,
-                                                     boost=boost, mentions=mentions))
-            return chain(timed, fact_candidates(index, dense, terms, s.hit_window, boost=boost))
+                return chain(timed, topic_candidates(index, dense, scores, s, relative=max_groups is not None,
+                                                     mentions=mentions))
+            return chain(timed, fact_candidates(index, dense, scores, s.hit_window))
 
         mem = inp.memory
         if mem is not None and inp.budget_tokens is not None:
