@@ -154,12 +154,16 @@ def main() -> None:
     # the sets of a fit whose features were written (a run of one language has no other)
     tune_of = lambda names: load([args.features / f"{n}_tune.npz" for n in names.split(",")  # noqa: E731
                                   if (args.features / f"{n}_tune.npz").exists()])
+    if not any((args.features / f"{n}_tune.npz").exists() for n in args.train.split(",")):
+        parser.error(f"--train {args.train}: no tune features of these sets in {args.features} "
+                     "(benchmarks/ltr_features.py writes them)")
     models, fits = {}, {}
     main_data = tune_of(args.train)
     models["learned"] = fit(main_data, None, args.l2)
     models["learned pairwise"] = fit(main_data, None, args.l2, "pairwise")
     for label, names in FITS.items():
-        if names != args.train:
+        written = any((args.features / f"{n}_tune.npz").exists() for n in names.split(","))
+        if names != args.train and written:  # a fit on sets whose features were not written is left out
             models[f"learned ({label} fit)"] = fit(tune_of(names), None, args.l2)
     for drop in filter(None, args.ablate.split(",")):
         models[f"-{drop}"] = fit(main_data, group_columns(drop.split("+")), args.l2)

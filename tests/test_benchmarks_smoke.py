@@ -166,7 +166,7 @@ def test_benchmark_runs_on_a_tiny_input(name, tmp_path, cache_dir, request):
 @pytest.mark.parametrize("name", sorted(NEEDS_LLM))
 def test_benchmark_with_the_local_model_runs_on_a_tiny_input(name, tmp_path, cache_dir, llm_env):
     """The scripts whose results are answers, against the packaged model: one or two answers each."""
-    if name in ("answers", "proxy_turns") and not SHARED_DATA.exists():  # LoCoMo
+    if name in ("answers", "proxy_turns", "tiage_questions") and not SHARED_DATA.exists():  # LoCoMo, TIAGE
         pytest.skip(f"benchmark data not found at {SHARED_DATA}")
     _, args, files = NEEDS_LLM[name]
     fill = {LLM: llm_env["OPENAI_BASE_URL"], "{model}": llm_env["SEMHIST_LLM_MODEL"], "{port}": str(_free_port())}
