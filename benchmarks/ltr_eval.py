@@ -33,16 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from common import add_out
-from ltr_model import fit, load, save, scores, shares, starts
+from ltr_model import HAND_BONUS, fit, load, save, scores, shares, starts
 
 KS = (20, 40, 80)
 BUDGETS = (1000, 2000, 4000)
 RULES = ("today", "blocks-first")  # orders by rule, not by a score
 SCAN = 800  # rows of a request a budget is filled from, best first (4k tokens is ~200 messages)
 SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
-# the hand ranking's bonus for a named author's block and for the block covering the most of the
-# request's words (search.AUTHOR_BONUS and mentions.COVER_BONUS until the learned ranker replaced them)
-AUTHOR_BONUS = COVER_BONUS = 1.0 / 61
 GROUP_NAMES = ("lexical", "dense", "fused", "block", "cover", "author", "recency", "length", "neighbours", "dialogue",
                "time")  # semhist.pipeline.features.GROUPS, named here for --help without importing semhist
 # the fits compared with the main one: English real questions (LoCoMo, never shipped), Japanese alone,
@@ -95,7 +92,7 @@ def today(data: dict) -> np.ndarray:
     x = lambda n: data["X"][:, col[n]].astype(np.float64)  # noqa: E731
     topic = (data["q_intent"] == "topic")[data["q"]]
     long = data["q_long"][data["q"]] if "q_long" in data else np.zeros(len(topic), dtype=bool)
-    block = x("blk_fused") + AUTHOR_BONUS * x("author_blk") + np.where(long, COVER_BONUS * x("cover_top"), 0.0)
+    block = x("blk_fused") + HAND_BONUS * x("author_blk") + np.where(long, HAND_BONUS * x("cover_top"), 0.0)
     return 100.0 * x("time_conv") + np.where(topic, 10.0 * block, 0.0) + data["rrf_boost"]
 
 
@@ -103,7 +100,7 @@ def blocks_first(data: dict) -> np.ndarray:
     """today() with every request ranked as a topic one: its best blocks' messages first."""
     col = {n: i for i, n in enumerate(data["names"])}
     x = lambda n: data["X"][:, col[n]].astype(np.float64)  # noqa: E731
-    return 100.0 * x("time_conv") + 10.0 * (x("blk_fused") + AUTHOR_BONUS * x("author_blk")) + data["rrf_boost"]
+    return 100.0 * x("time_conv") + 10.0 * (x("blk_fused") + HAND_BONUS * x("author_blk")) + data["rrf_boost"]
 
 
 def baseline_rankings(data: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:

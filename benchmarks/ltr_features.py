@@ -44,6 +44,7 @@ import numpy as np
 
 from common import HOME_CACHE, add_out, data_file
 from horizon_data import jmultiwoz_joined, locomo_merged, stripped
+from ltr_model import HAND_BONUS
 
 SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 # A thread longer than this is asked through candidate views (the `view_limit` setting's
@@ -52,7 +53,6 @@ SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 VIEW_LIMIT = 10_000
 TUNE = {"locomo": 5, "jmultiwoz": 36}  # the first N threads of each file are `tune` (tiage: its `split`)
 FILES = {"locomo": "locomo.jsonl", "jmultiwoz": "jmultiwoz_threads.jsonl", "tiage": "tiage_chats.jsonl"}
-HAND_BONUS = 1.0 / 61  # what the hand ranking added for a named author's block (the `rrf_boost` baseline)
 
 
 def _read(path: Path) -> list[dict]:

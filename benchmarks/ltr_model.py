@@ -18,6 +18,10 @@ import numpy as np
 from scipy.optimize import minimize
 
 OBJECTIVES = ("softmax", "pairwise")
+# What the hand ranking the learned one replaced added to the fused rank for a named author's
+# block and for the block holding the most of the request's words (search.AUTHOR_BONUS and
+# mentions.COVER_BONUS, 1 / (RRF_K + 1)): the `today` and `rrf+author` baselines.
+HAND_BONUS = 1.0 / 61
 PAIR_NEGATIVES = 64  # pairwise: negatives per gold message, the best-fused first then random
 
 

@@ -79,6 +79,8 @@ def test_the_shipped_model_reads_the_features_this_version_computes_and_names_it
     ('{"features": ["bm25", "bogus"], "mean": [0, 0], "std": [1, 1], "weights": [1, 1]}', "bogus"),
     ('{"features": ["bm25"], "mean": [0], "std": [0], "weights": [1]}', "do not line up"),
     ('{"features": ["bm25"], "mean": [0, 1], "std": [1], "weights": [1]}', "do not line up"),
+    ('{"features": [], "mean": [], "std": [], "weights": []}', "do not line up"),
+    ('{"features": ["bm25"], "mean": [NaN], "std": [1], "weights": [1]}', "do not line up"),
 ])
 def test_a_bad_model_file_is_a_config_error_naming_the_file(tmp_path, text, says):
     from semhist.kernel.errors import ConfigError

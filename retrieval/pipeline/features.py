@@ -54,7 +54,6 @@ class RequestRows:
     fused: np.ndarray  # fused_rows: dense and BM25 ranks fused (the `fused` ranker)
     lexical: np.ndarray  # BM25 of the searched terms
     dense: np.ndarray  # cosine
-    tokens: np.ndarray  # each row's message's prompt cost (as stored)
 
 
 def _log_rank(scores: np.ndarray) -> np.ndarray:
@@ -170,7 +169,7 @@ def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap
 
     f["recency"] = np.log1p(np.arange(n - 1, -1, -1, dtype=np.float64))
     tokens = np.asarray(index.tokens, dtype=np.int64)[np.asarray(index.rows, dtype=np.int64)]
-    f["length"] = np.log(np.maximum(tokens, 1))
+    f["length"] = np.log(np.maximum(tokens, 1))  # as stored: nothing is counted per request
 
     ranks = f["rrf_rank"]
     near = _window_max(fused, index, NEIGHBOURS)
@@ -191,7 +190,7 @@ def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap
     f["time_in"], f["time_conv"] = _named_time(index, plan, gap_seconds)
 
     features = np.stack([np.asarray(f[name], dtype=np.float64) for name in NAMES], axis=1).astype(np.float32)
-    return RequestRows(features, fused, lexical, dense, tokens)
+    return RequestRows(features, fused, lexical, dense)
 
 
 def _named_time(index: ThreadIndex, plan: KeywordResult, gap_seconds: float) -> tuple[np.ndarray, np.ndarray]:

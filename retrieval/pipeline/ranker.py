@@ -69,9 +69,10 @@ class LinearRanker:
         if unknown:
             raise ConfigError(f"ranker model {source}: features this version does not compute: "
                               f"{', '.join(unknown)}; fit it again (benchmarks/ltr_train.py)")
-        if not (len(names) == len(mean) == len(std) == len(weights)) or not np.all(std > 0) \
-                or not np.all(np.isfinite(weights)):
-            raise ConfigError(f"ranker model {source}: features, mean, std and weights do not line up")
+        if not names or not (len(names) == len(mean) == len(std) == len(weights)) or not np.all(std > 0) \
+                or not all(np.all(np.isfinite(a)) for a in (mean, std, weights)):
+            raise ConfigError(f"ranker model {source}: features, mean, std and weights do not line up "
+                              "(one finite number each, std above 0)")
         columns = np.array([NAMES.index(n) for n in names], dtype=np.int64)
         return cls(columns, mean, std, weights, source)
 
