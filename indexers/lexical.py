@@ -260,15 +260,6 @@ class BM25:
             out[ids] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[ids] / avg))
         return out
 
-    def doc_terms(self, i: int) -> tuple[str, ...]:
-        """The distinct terms of document `i` (an index that keeps them)."""
-        return self._doc_terms[i] if self._keep_terms else ()
-
-    def frequency(self, term: str) -> int:
-        """How many documents hold `term`."""
-        hit = self._postings.get(term)
-        return len(hit[0]) if hit else 0
-
     def coverage(self, query_terms: Iterable[str]) -> np.ndarray:
         """How many of the query's distinct terms each document holds."""
         out = np.zeros(self.n, dtype=np.int32)

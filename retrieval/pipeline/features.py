@@ -39,13 +39,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "neighbours": ("nb_rrf", "nb_rank", "prev_rrf", "next_rrf"),
     "dialogue": ("is_question", "answers_hit", "answers_qhit"),
     "time": ("time_in", "time_conv"),
-    "hop": ("hop_cos", "hop_rank", "hop_gap", "hop_bm25", "hop_blk"),
 }
 NAMES: tuple[str, ...] = tuple(n for g in GROUPS.values() for n in g)
 
 NEIGHBOURS = 2  # rows each side, within the block, whose best fused score a row sees
 TOP_HITS = 10  # "a hit": one of this many best rows by fused rank (its reply is the answer)
-HOP_SEEDS = 5  # the second hop starts from this many best rows by fused rank
 
 
 @dataclass(frozen=True)
@@ -191,47 +189,8 @@ def request_rows(index: ThreadIndex, plan: KeywordResult, dense: np.ndarray, gap
 
     f["time_in"], f["time_conv"] = _named_time(index, plan, gap_seconds)
 
-    hop = _second_hop(index, fused)
-    f["hop_cos"] = hop
-    f["hop_rank"] = _log_rank(hop)
-    f["hop_gap"] = float(hop.max()) - hop if n else np.zeros(0)
-    expansion = _hop_terms(index, fused, set(terms))
-    f["hop_bm25"] = np.log1p(index.lexical.scores(expansion)) if expansion else np.zeros(n)
-    f["hop_blk"] = np.log1p(index.block_lexical.scores(expansion))[block] if expansion else np.zeros(n)
-
     features = np.stack([np.asarray(f[name], dtype=np.float64) for name in NAMES], axis=1).astype(np.float32)
     return RequestRows(features, fused, lexical, dense)
-
-
-def _second_hop(index: ThreadIndex, fused: np.ndarray) -> np.ndarray:
-    """Each row's cosine with the centre of the request's first hits (the HOP_SEEDS best rows
-    by fused rank): a second hop reaches what is about the same things as the hits without
-    sharing a word with the request (a multi-hop question's other evidence)."""
-    n = len(fused)
-    if n == 0:
-        return np.zeros(0)
-    seeds = np.argsort(-fused, kind="stable")[:HOP_SEEDS]
-    centre = index.vectors.reconstruct(seeds.astype(np.int64)).mean(axis=0)
-    norm = float(np.linalg.norm(centre))
-    if norm == 0:
-        return np.zeros(n)
-    return index.dense(centre / norm).astype(np.float64)
-
-
-HOP_TERMS = 10
-
-
-def _hop_terms(index: ThreadIndex, fused: np.ndarray, asked: set[str]) -> list[str]:
-    """The rarest words the first hits' blocks share with some other block, not the request's."""
-    lex = index.block_lexical
-    if not hasattr(lex, "doc_terms") or not len(fused):
-        return []
-    seeds = np.argsort(-fused, kind="stable")[:HOP_SEEDS]
-    blocks = list(dict.fromkeys(int(b) for b in np.asarray(index.row_block)[seeds]))[:3]
-    candidates = {t for b in blocks for t in lex.doc_terms(b)} - asked
-    df = {t: lex.frequency(t) for t in candidates}
-    shared = [t for t, d in df.items() if d >= 2]
-    return sorted(shared, key=lambda t: (df[t], t))[:HOP_TERMS]
 
 
 def _named_time(index: ThreadIndex, plan: KeywordResult, gap_seconds: float) -> tuple[np.ndarray, np.ndarray]:
