@@ -146,8 +146,7 @@ class Blocks:
                 # it is held to the budget's room and to the best `top_n` groups, never filled up
                 room = min(room, fresh)
             # a budget is always a cap; with fill_budget it is also the target
-            budget, max_groups = (room, None) if s.fill_budget and (fresh is None or inp.billed is not None) \
-                else (min(room, budget), max_groups)
+            budget, max_groups = (room, None) if s.fill_budget and fresh is None else (min(room, budget), max_groups)
         terms = searched_terms(index, plan.terms)
         scores = get_ranker(s.ranker, s.ranker_model).rows(index, plan, dense, s.gap_seconds)
         long = plan.intent == TOPIC and not index.whole  # a thing's words are everywhere (mentions.py)
