@@ -204,6 +204,40 @@ def summarize(set_name: str, runs: list[dict], strategies, layouts) -> list[dict
     return rows
 
 
+def upper_edge(rows: list[dict], model: str) -> dict[tuple[str, str], dict | None]:
+    """Per (strategy, layout): None where no other row keeps at least its recall for at most
+    its bill (warm cache, `model`) and beats it in one of the two, else the best such row."""
+    out = {}
+    for r in rows:
+        if r["recall"] is None:
+            continue
+        better = [o for o in rows if o is not r and o["recall"] is not None
+                  and o[f"{model}_warm"] <= r[f"{model}_warm"] and o["recall"] >= r["recall"]
+                  and (o[f"{model}_warm"] < r[f"{model}_warm"] or o["recall"] > r["recall"])]
+        out[(r["strategy"], r["layout"])] = max(better, key=lambda o: o["recall"]) if better else None
+    return out
+
+
+def frontier_lines(rows: list[dict]) -> list[str]:
+    """The recall each variant keeps against what it bills, cheapest first, and whether it is on
+    the upper edge: no other variant keeps as much for less (openai and anthropic warm)."""
+    edges = {m: upper_edge(rows, m) for m in ("openai", "anthropic")}
+    shown = sorted((r for r in rows if r["recall"] is not None), key=lambda r: r["openai_warm"])
+    if len(shown) < 2:
+        return []
+
+    def cell(r: dict, model: str) -> str:
+        o = edges[model][(r["strategy"], r["layout"])]
+        return "yes" if o is None else f"no: {o['strategy']} {o['layout']} keeps {o['recall']} for {o[f'{model}_warm']:,}"
+
+    return ["", "Recall against the bill (warm cache), cheapest first; on the upper edge = no other variant keeps as "
+            "much recall for a smaller bill:", ""] + table(
+        ["strategy", "layout:budget", "openai warm", "anthropic warm", "recall", "upper edge (openai)",
+         "upper edge (anthropic)"],
+        [[r["strategy"], r["layout"], f"{r['openai_warm']:,}", f"{r['anthropic_warm']:,}", r["recall"],
+          cell(r, "openai"), cell(r, "anthropic")] for r in shown])
+
+
 def render(results: dict) -> str:
     a = results["args"]
     lines = ["# Cost with the provider's prompt cache: strategies and layouts", "",
@@ -226,6 +260,7 @@ def render(results: dict) -> str:
                          " / ".join(f"{r[f'anthropic_{x}']:,}" for x in ("5m", "30m", "1h")),
                          " / ".join(str(v) for v in r.get("vs_full", [])), r["recall"]]
                         for r in info["rows"]])
+        lines += frontier_lines(info["rows"])
         if info.get("unsendable"):
             lines += ["", f"Not run: {', '.join(info['unsendable'])} (the whole thread is more than any prompt holds; "
                       "semhist refuses it), so no `vs full` here."]

@@ -97,6 +97,7 @@ def _run(name: str, args: list[str], tmp_path: Path, cache_dir: Path, timeout: f
 AFTER_FEATURES: dict[str, list[str]] = {
     "ltr_train": ["--train", "locomo,jmultiwoz"],
     "ltr_eval": ["--sets", "locomo,jmultiwoz", "--train", "locomo,jmultiwoz", "--ablate", "author"],
+    "ltr_trees": ["--sets", "locomo,jmultiwoz", "--train", "locomo,jmultiwoz", "--rounds", "5,10"],
 }
 
 
@@ -119,6 +120,7 @@ def test_the_ranker_scripts_run_on_the_features_they_write(tmp_path, cache_dir):
     model = json.loads((work / "ranker.json").read_text(encoding="utf-8"))
     assert model["features"] and len(model["weights"]) == len(model["features"])
     assert "learned" in (work / "ltr_eval.md").read_text(encoding="utf-8")
+    assert "trees, 10 rounds" in (work / "ltr_trees.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
