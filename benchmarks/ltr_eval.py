@@ -27,57 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from common import add_out
-from ltr_model import HAND_BONUS, fit, load, save, scores, shares, starts
+from ltr_model import BUDGETS, FITS, HAND_BONUS, KS, SETS, fit, load, metrics, pooled, save, scores, shares
 
-KS = (20, 40, 80)
-BUDGETS = (1000, 2000, 4000)
 RULES = ("today", "blocks-first")  # orders by rule, not by a score
-SCAN = 800  # rows of a request a budget is filled from, best first (4k tokens is ~200 messages)
-SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 GROUP_NAMES = ("lexical", "dense", "fused", "block", "cover", "author", "recency", "length", "neighbours", "dialogue",
                "time")  # semhist.pipeline.features.GROUPS, named here for --help without importing semhist
-# the fits compared with the main one: English real questions (LoCoMo, never shipped), Japanese alone,
-# the shipped default's data (JMultiWOZ and TIAGE's chats) and TIAGE's alone (MIT)
-FITS = {"en": "locomo,locomo_merged", "ja": "jmultiwoz,jmultiwoz_joined", "shipped": "jmultiwoz,jmultiwoz_joined,tiage",
-        "tiage": "tiage", "all": ",".join(SETS)}
-
-
-def _fill(order: list[int], tokens: list[int], gold: list[bool], budget: int) -> int:
-    """Gold messages taken best first while they fit `budget` (one that does not is skipped)."""
-    left, found, smallest = budget, 0, min(tokens)
-    for r in order:
-        t = tokens[r]
-        if t <= left:
-            left -= t
-            found += gold[r]
-            if left < smallest:
-                break
-    return found
-
-
-def metrics(data: dict, s: np.ndarray, per_token: np.ndarray) -> list[dict]:
-    """Per request: recall@K and at each budget, by `s` and by `per_token`."""
-    first = starts(data["q"])
-    ends = np.append(first[1:], len(s))
-    out = []
-    for k, (a, z) in enumerate(zip(first, ends)):
-        y, tok = data["y"][a:z].astype(bool), data["tokens"][a:z]
-        total = int(data["q_gold"][k])
-        order = np.argsort(-s[a:z], kind="stable")
-        row = {f"R@{K}": float(y[order[:K]].sum()) / total for K in KS}
-        by_tok = np.argsort(-per_token[a:z], kind="stable")
-        tl, gl = tok.tolist(), y.tolist()
-        for b in BUDGETS:
-            row[f"{b // 1000}k"] = _fill(order[:SCAN].tolist(), tl, gl, b) / total
-            row[f"{b // 1000}k/tok"] = _fill(by_tok[:SCAN].tolist(), tl, gl, b) / total
-        out.append(row)
-    return out
 
 
 def today(data: dict) -> np.ndarray:
@@ -115,17 +74,6 @@ def baseline_rankings(data: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def learned(model: dict, data: dict) -> tuple[np.ndarray, np.ndarray]:
     s = scores(model, data)
     return s, shares(s, data["q"]) / np.maximum(data["tokens"], 1)
-
-
-def pooled(rows: list[dict], cats: np.ndarray) -> dict[str, dict]:
-    by: dict[str, list[dict]] = defaultdict(list)
-    for r, c in zip(rows, cats):
-        by["all"].append(r)
-        by[str(c)].append(r)
-        if str(c).startswith("locomo_cat"):  # LoCoMo's own question types, without session summaries
-            by["cat1-4"].append(r)
-    return {c: {m: round(float(np.mean([r[m] for r in rs])), 3) for m in rs[0]} | {"n": len(rs)}
-            for c, rs in sorted(by.items())}
 
 
 def table(headers: list[str], rows: list[list]) -> list[str]:

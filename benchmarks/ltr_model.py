@@ -6,12 +6,16 @@ A model is a small JSON object: the feature names it reads, their training mean 
 deviation, one weight each. Its score orders a request's messages; a request's softmax of the
 scores is the model's share of the request's evidence each message holds (what packing by
 evidence per token divides by the message's tokens).
+
+The measures every ranking of a held request is scored by (`metrics`, `pooled`): recall of its
+gold messages among the K best, and within a token budget of message lines.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +27,15 @@ OBJECTIVES = ("softmax", "pairwise")
 # mentions.COVER_BONUS, 1 / (RRF_K + 1)): the `today` and `rrf+author` baselines.
 HAND_BONUS = 1.0 / 61
 PAIR_NEGATIVES = 64  # pairwise: negatives per gold message, the best-fused first then random
+
+KS = (20, 40, 80)
+BUDGETS = (1000, 2000, 4000)
+SCAN = 800  # rows of a request a budget is filled from, best first (4k tokens is ~200 messages)
+SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
+# the fits compared with the main one: English real questions (LoCoMo, never shipped), Japanese alone,
+# the shipped default's data (JMultiWOZ and TIAGE's chats) and TIAGE's alone (MIT)
+FITS = {"en": "locomo,locomo_merged", "ja": "jmultiwoz,jmultiwoz_joined", "shipped": "jmultiwoz,jmultiwoz_joined,tiage",
+        "tiage": "tiage", "all": ",".join(SETS)}
 
 
 def load(paths: list[Path]) -> dict:
@@ -146,3 +159,46 @@ def save(model: dict, path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return len(text.encode("utf-8"))
+
+
+def _fill(order: list[int], tokens: list[int], gold: list[bool], budget: int) -> int:
+    """Gold messages taken best first while they fit `budget` (one that does not is skipped)."""
+    left, found, smallest = budget, 0, min(tokens)
+    for r in order:
+        t = tokens[r]
+        if t <= left:
+            left -= t
+            found += gold[r]
+            if left < smallest:
+                break
+    return found
+
+
+def metrics(data: dict, s: np.ndarray, per_token: np.ndarray) -> list[dict]:
+    """Per request: recall@K and at each budget, by `s` and by `per_token`."""
+    first = starts(data["q"])
+    ends = np.append(first[1:], len(s))
+    out = []
+    for k, (a, z) in enumerate(zip(first, ends)):
+        y, tok = data["y"][a:z].astype(bool), data["tokens"][a:z]
+        total = int(data["q_gold"][k])
+        order = np.argsort(-s[a:z], kind="stable")
+        row = {f"R@{K}": float(y[order[:K]].sum()) / total for K in KS}
+        by_tok = np.argsort(-per_token[a:z], kind="stable")
+        tl, gl = tok.tolist(), y.tolist()
+        for b in BUDGETS:
+            row[f"{b // 1000}k"] = _fill(order[:SCAN].tolist(), tl, gl, b) / total
+            row[f"{b // 1000}k/tok"] = _fill(by_tok[:SCAN].tolist(), tl, gl, b) / total
+        out.append(row)
+    return out
+
+
+def pooled(rows: list[dict], cats: np.ndarray) -> dict[str, dict]:
+    by: dict[str, list[dict]] = defaultdict(list)
+    for r, c in zip(rows, cats):
+        by["all"].append(r)
+        by[str(c)].append(r)
+        if str(c).startswith("locomo_cat"):  # LoCoMo's own question types, without session summaries
+            by["cat1-4"].append(r)
+    return {c: {m: round(float(np.mean([r[m] for r in rs])), 3) for m in rs[0]} | {"n": len(rs)}
+            for c, rs in sorted(by.items())}

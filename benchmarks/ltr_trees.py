@@ -5,7 +5,7 @@
 
 Issue 52 allowed either model family. Both are fitted here on the same tune requests (by
 default the shipped model's: JMultiWOZ alone and joined, TIAGE's chats) and scored on the same
-held ones with ltr_eval.py's measures: the linear model with its listwise softmax objective
+held ones with ltr_eval.py's measures (ltr_model.metrics): the linear model with its listwise softmax objective
 (benchmarks/ltr_model.py), and LightGBM's LambdaRank (trees of 15 leaves, 50 rows a leaf at
 least, learning rate 0.05, rows and features subsampled) after each number of rounds in
 --rounds. LightGBM is needed only here: `pip install semhist[ltr]`.
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import add_out
-from ltr_eval import FITS, KS, SETS, metrics, pooled, table
-from ltr_model import fit, load, scores, shares, starts
+from common import add_out, table
+from ltr_model import FITS, KS, SETS, fit, load, metrics, pooled, scores, shares, starts
 
 PARAMS = {"objective": "lambdarank", "learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 50,
           "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1, "lambdarank_truncation_level": 40,
