@@ -31,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common import add_out
-from ltr_model import BUDGETS, FITS, HAND_BONUS, KS, SETS, fit, load, metrics, pooled, save, scores, shares
+from common import add_out, table
+from ltr_model import (BUDGETS, FITS, HAND_BONUS, KS, SETS, check_sets, fit, load, metrics, pooled, save, scores,
+                       shares)
 
 RULES = ("today", "blocks-first")  # orders by rule, not by a score
 GROUP_NAMES = ("lexical", "dense", "fused", "block", "cover", "author", "recency", "length", "neighbours", "dialogue",
@@ -76,11 +77,6 @@ def learned(model: dict, data: dict) -> tuple[np.ndarray, np.ndarray]:
     return s, shares(s, data["q"]) / np.maximum(data["tokens"], 1)
 
 
-def table(headers: list[str], rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + \
-           ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--features", type=Path, default=Path("/tmp/ltr"))
@@ -92,6 +88,8 @@ def main() -> None:
                         help="refits without a feature group (GROUP or GROUP+GROUP), comma-separated; '' for none")
     add_out(parser, Path("/tmp/ltr"))  # ltr_eval.json / .md and the fitted models
     args = parser.parse_args()
+    check_sets(parser, "--sets", args.sets)
+    check_sets(parser, "--train", args.train)
     from semhist.pipeline.features import group_columns
 
     sets = [s for s in args.sets.split(",") if (args.features / f"{s}_held.npz").exists()]

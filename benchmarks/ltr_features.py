@@ -44,9 +44,8 @@ import numpy as np
 
 from common import HOME_CACHE, add_out, data_file
 from horizon_data import jmultiwoz_joined, locomo_merged, stripped
-from ltr_model import HAND_BONUS
+from ltr_model import HAND_BONUS, SETS, check_sets
 
-SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 # A thread longer than this is asked through candidate views (the `view_limit` setting's
 # default): here it is indexed whole, and each request records that today's ranking would
 # treat it as long (term cover and mentions on: pipeline/mentions.py).
@@ -192,11 +191,9 @@ def main() -> None:
     parser.add_argument("--file", type=Path, help="your own labelled threads (the benchmark format, each "
                         "thread's `split` tune or held; tune without): written as the set `own`")
     args = parser.parse_args()
-    sets = ["own"] if args.file else args.sets.split(",")
+    sets = ["own"] if args.file else check_sets(parser, "--sets", args.sets)
     if args.file and not args.file.is_file():
         parser.error(f"--file: {args.file} is not a file")
-    if set(sets) - set(SETS) - {"own"}:
-        parser.error(f"--sets: valid: {', '.join(SETS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     done = args.out / "features.json"  # sets written by earlier runs into the same folder stay listed
     report = json.loads(done.read_text(encoding="utf-8")) if done.exists() else {}

@@ -13,6 +13,7 @@ gold messages among the K best, and within a token budget of message lines.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections import defaultdict
@@ -36,6 +37,16 @@ SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 # the shipped default's data (JMultiWOZ and TIAGE's chats) and TIAGE's alone (MIT)
 FITS = {"en": "locomo,locomo_merged", "ja": "jmultiwoz,jmultiwoz_joined", "shipped": "jmultiwoz,jmultiwoz_joined,tiage",
         "tiage": "tiage", "all": ",".join(SETS)}
+
+
+def check_sets(parser: argparse.ArgumentParser, flag: str, names: str) -> list[str]:
+    """The comma-separated set `names` of `flag`; an error names any that is neither a benchmark
+    set ltr_features.py writes nor `own` (its --file)."""
+    sets = names.split(",")
+    unknown = sorted(set(sets) - set(SETS) - {"own"})
+    if unknown:
+        parser.error(f"{flag}: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}, own (ltr_features.py --file)")
+    return sets
 
 
 def load(paths: list[Path]) -> dict:

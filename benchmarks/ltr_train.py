@@ -23,9 +23,8 @@ import json
 from pathlib import Path
 
 from common import add_out
-from ltr_model import OBJECTIVES, fit, load, save
+from ltr_model import OBJECTIVES, SETS, check_sets, fit, load, save
 
-SETS = ("locomo", "locomo_merged", "jmultiwoz", "jmultiwoz_joined", "tiage")
 # The weights' own terms follow the most restrictive data they were fitted on.
 WEIGHTS_LICENCE = (
     ("locomo", "CC BY-NC 4.0, as LoCoMo (github.com/snap-research/locomo): for measuring only, never shipped"),
@@ -57,9 +56,7 @@ def main() -> None:
     parser.add_argument("--name", default="ranker", help="the model's file name, DIR/NAME.json")
     add_out(parser, Path("/tmp/ltr"))  # not the package: what ships is chosen in a later step
     args = parser.parse_args()
-    sets = args.train.split(",")
-    if set(sets) - set(SETS) - {"own"}:
-        parser.error(f"--train: valid: {', '.join(SETS)}, own (ltr_features.py --file)")
+    sets = check_sets(parser, "--train", args.train)
     from semhist.pipeline.features import GROUPS, group_columns
 
     drop = [g for g in args.drop.split(",") if g]
