@@ -120,9 +120,11 @@ class Ingestor:
             for i, m in enumerate(tail):
                 if m.vector is not None:
                     vectors[i] = m.vector
-        blocks = self.segmenter.segment(msgs, vectors, history)[:-1]
+        found = self.segmenter.segment(msgs, vectors, history)
+        blocks = found[:-1]
         history = drift_history(history, vectors, [b.message_ids for b in blocks], self.segmenter.drift_window)
-        return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts) for b in blocks], history
+        return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts, after.cause)
+                for b, after in zip(blocks, found[1:])], history
 
     def prepare(self, messages: Sequence[Message], keys: Sequence[str | None],
                 masker: Masker | None = None) -> list[NewMessage]:

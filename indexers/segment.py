@@ -119,10 +119,11 @@ class TimeGapSegmenter:
     def segment(self, messages: Sequence[Message], vectors: np.ndarray | None = None,
                 history: Sequence[float] = ()) -> list[Block]:
         groups: list[list[int]] = []
-        for run in self._time_runs(messages):
-            groups.extend(self._split_run(messages, run, vectors))
+        why: dict[int, str] = {}
+        for run in self._time_runs(messages, why):
+            groups.extend(self._split_run(messages, run, vectors, why))
         parts = self._parts(groups, vectors, history) if vectors is not None else None
-        return _blocks(messages, groups, parts)
+        return _blocks(messages, groups, parts, why)
 
     def _parts(self, groups: list[list[int]], vectors: np.ndarray,
                history: Sequence[float] = ()) -> list[tuple[int, ...]]:
@@ -144,7 +145,7 @@ class TimeGapSegmenter:
             out.append(tuple(cuts))
         return out
 
-    def _time_runs(self, messages: Sequence[Message]) -> list[list[int]]:
+    def _time_runs(self, messages: Sequence[Message], why: dict[int, str] | None = None) -> list[list[int]]:
         """Runs of messages without a pause. Where messages carry no time, a user's closing
         ("ありがとうございました", "thanks, that's all") ends a run at the user's next request.
         With times, the pause decides: a closing inside a session is often followed by
@@ -159,12 +160,19 @@ class TimeGapSegmenter:
             ends = msg.role == "user" and msg.timestamp is None and closes(msg.content)
             if not runs or (msg.role != "tool" and self._gap(previous, msg)) or (
                     closed and msg.role == "user" and msg.timestamp is None and not ends):
+                if runs and why is not None:
+                    why[pos] = self._pause(previous, msg) or "closing"
                 runs.append([])
                 closed = False
             runs[-1].append(pos)
             closed = closed or ends
             previous = msg
         return runs
+
+    def _pause(self, previous: Message | None, msg: Message) -> str:
+        """`pause:SECONDS` when a pause starts a block here, else ''."""
+        return f"pause:{(msg.timestamp - previous.timestamp).total_seconds():.0f}" \
+            if self._gap(previous, msg) and previous and previous.timestamp and msg.timestamp else ""
 
     def _gap(self, previous: Message | None, msg: Message) -> bool:
         if previous is None or previous.timestamp is None or msg.timestamp is None:
@@ -174,7 +182,7 @@ class TimeGapSegmenter:
     def _cuttable(self, messages: Sequence[Message], pos: int) -> bool:
         return messages[pos].role != "tool"
 
-    def _split_run(self, messages, run: list[int], vectors) -> list[list[int]]:
+    def _split_run(self, messages, run: list[int], vectors, why: dict[int, str]) -> list[list[int]]:
         """Left to right: when the open block outgrows the limit, close it at its best cut."""
         groups: list[list[int]] = []
         start, size = 0, 0
@@ -187,6 +195,7 @@ class TimeGapSegmenter:
                 continue
             groups.append(run[start:cut])
             start = cut
+            why[run[cut]] = "size"
             size = sum(count_message(messages[p].to_openai()) for p in run[start:k + 1])
         groups.append(run[start:])
         return [g for g in groups if g]
@@ -226,12 +235,14 @@ class TopicSegmenter(TimeGapSegmenter):
         # tail starts this over (only the sub-segments' history is kept with the thread).
         seen = RecentDrift(size=self.history)
         groups: list[list[int]] = []
-        for run in self._time_runs(messages):
-            for topic in self._topic_cuts(messages, run, vectors, seen):
-                groups.extend(self._split_run(messages, topic, vectors))
-        return _blocks(messages, groups, self._parts(groups, vectors, history))
+        why: dict[int, str] = {}
+        for run in self._time_runs(messages, why):
+            for topic in self._topic_cuts(messages, run, vectors, seen, why):
+                groups.extend(self._split_run(messages, topic, vectors, why))
+        return _blocks(messages, groups, self._parts(groups, vectors, history), why)
 
-    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: RecentDrift) -> list[list[int]]:
+    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: RecentDrift,
+                    why: dict[int, str]) -> list[list[int]]:
         scores = drift(vectors[run], self.drift_window)
         groups: list[list[int]] = []
         start = 0
@@ -244,6 +255,7 @@ class TopicSegmenter(TimeGapSegmenter):
                     and self._cuttable(messages, run[k])):
                 groups.append(run[start:k])
                 start = k
+                why[run[k]] = f"drift:{scores[k]:.2f}"
         groups.append(run[start:])
         return groups
 
@@ -282,7 +294,8 @@ class TilingSegmenter(TopicSegmenter):
 
     WINDOW, REACH = 4, 2
 
-    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: RecentDrift) -> list[list[int]]:
+    def _topic_cuts(self, messages, run: list[int], vectors: np.ndarray, seen: RecentDrift,
+                    why: dict[int, str]) -> list[list[int]]:
         sim = window_similarity(vectors[run], self.WINDOW)
         groups: list[list[int]] = []
         start = 0
@@ -295,6 +308,7 @@ class TilingSegmenter(TopicSegmenter):
                     and self._cuttable(messages, run[k])):
                 groups.append(run[start:k])
                 start = k
+                why[run[k]] = f"depth:{depth:.2f}"
         groups.append(run[start:])
         return groups
 
@@ -312,18 +326,28 @@ def drift_history(history: Sequence[float], vectors: np.ndarray | None, groups: 
 
 
 def _blocks(messages: Sequence[Message], groups: list[list[int]],
-            parts: list[tuple[int, ...]] | None = None) -> list[Block]:
+            parts: list[tuple[int, ...]] | None = None, why: dict[int, str] | None = None) -> list[Block]:
+    """`why`: what started the block at a position (Block.cause); the first block's cause
+    lies before these messages."""
     return [
         Block(i, tuple(ids), messages[ids[0]].timestamp, messages[ids[-1]].timestamp,
-              sum(count_message(messages[p].to_openai()) for p in ids), parts[i] if parts else (0,))
+              sum(count_message(messages[p].to_openai()) for p in ids), parts[i] if parts else (0,),
+              (why or {}).get(ids[0], "") if i else "")
         for i, ids in enumerate(groups)
     ]
+
+
+def _learned(**params) -> Segmenter:
+    from .segmodel import LearnedSegmenter  # it builds on the segmenters here
+
+    return LearnedSegmenter(**params)
 
 
 SEGMENTERS: dict[str, Callable[..., Segmenter]] = {
     "time-gap": TimeGapSegmenter,
     "time+topic": TopicSegmenter,
     "time+tiling": TilingSegmenter,
+    "time+learned": _learned,
 }
 
 

@@ -29,17 +29,29 @@ def _labels(starts: Iterable[int], n: int) -> np.ndarray:
     return out
 
 
-def pk_window_diff(reference: Sequence[int], hypothesis: Sequence[int], n: int) -> tuple[float, float]:
+def pk_window_diff(reference: Sequence[int], hypothesis: Sequence[int], n: int,
+                   min_k: int = 1) -> tuple[float, float]:
     """Pk (Beeferman et al. 1999) and WindowDiff (Pevzner & Hearst 2002) of one thread of `n`
     messages; segments given by their start positions; k is half the mean reference segment
-    length. Lower is better; 0 is a perfect match."""
-    k = max(1, round(n / (2 * max(1, len(set(reference))))))
+    length, at least `min_k` (2 in SuperDialseg's scorer, which published DialSeg711 and TIAGE
+    figures use: with 1, a TIAGE chat's k is often 1 and leaving it uncut scores well).
+    Lower is better; 0 is a perfect match."""
+    k = max(min_k, round(n / (2 * max(1, len(set(reference))))))
     if n <= k:
         return 0.0, 0.0
     r, h = _labels(reference, n), _labels(hypothesis, n)
     pk = float(np.mean((r[:-k] == r[k:]) != (h[:-k] == h[k:])))
     wd = float(np.mean((r[k:] - r[:-k]) != (h[k:] - h[:-k])))
     return pk, wd
+
+
+def boundary_f1(reference: Sequence[int], hypothesis: Sequence[int]) -> float:
+    """F1 of the boundaries found at exactly the right place (the start of a thread is not one)."""
+    ref, hyp = set(reference) - {0}, set(hypothesis) - {0}
+    if not ref and not hyp:
+        return 1.0
+    hits = len(ref & hyp)
+    return 2 * hits / (len(ref) + len(hyp))
 
 
 def gold_starts(path: str | Path) -> dict[str, list[int]]:

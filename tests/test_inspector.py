@@ -128,6 +128,19 @@ def test_the_timeline_draws_the_threads_blocks(page, service, thread):
             assert n == blocks[int(key)]["messages"]  # a block wholly on the page is drawn whole
 
 
+def test_blocks_say_why_they_start(page, service):
+    """The blocks API and the timeline: the first block is the thread's start, each later one
+    of the ramen sample starts after a pause of more than five minutes."""
+    blocks = api(service, "GET", "/v1/threads/ramen/blocks")
+    assert blocks[0]["starts"] == {"kind": "start"}
+    assert all(b["starts"]["kind"] == "pause" and b["starts"]["seconds"] > 300 for b in blocks[1:])
+    assert [b["ends"] for b in blocks[:-1]] == [b["starts"] for b in blocks[1:]]
+    open_tab(page, service, "ramen", "timeline")
+    page.wait_for_selector(".msg")
+    heads = page.eval_on_selector_all("section.block .head", "els => els.map(e => e.textContent)")
+    assert "the thread's start" in heads[0] and all("starts after a pause of" in h for h in heads[1:])
+
+
 def test_a_logged_turn_shows_what_ask_retrieved(page, service, store_dir, cache_dir):
     out = subprocess.run([sys.executable, "-m", "semhist.cli", "ask", "--thread", "ramen", RAMEN_REQUEST, "--json"],
                          capture_output=True, text=True, timeout=300, env={
@@ -146,6 +159,11 @@ def test_a_logged_turn_shows_what_ask_retrieved(page, service, store_dir, cache_
         assert cells[4] == str(len(block["message_indices"]))
     logged = api(service, "GET", "/v1/threads/ramen/log?limit=1")[-1]
     assert page.locator("details.turn[open] table.left-out tr").count() == len(logged["left_out"])
+    # why each retrieved block starts: the ramen sample's blocks all begin after a pause (or the thread's start)
+    for i, block in enumerate(logged["retrieved"]):
+        assert block["block_starts"]["kind"] in ("pause", "start")
+        said = rows.nth(i).locator("td.cause").inner_text()
+        assert ("pause" in said) if block["block_starts"]["kind"] == "pause" else said == "the thread's start"
     sent = page.locator("details.turn[open] .prompt.sent pre").all_inner_texts()
     assert sent == [f"{m['role']}: {m['content']}" for m in asked["messages"]]  # the exact messages, as sent
     recent = page.locator("details.turn[open] p.recent a").get_attribute("href")

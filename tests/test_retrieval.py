@@ -9,6 +9,7 @@ import pytest
 from semhist.kernel.model import Thread, embedding_text
 from semhist.indexers.loader import load, loads
 from semhist.indexers.segment import TilingSegmenter, TimeGapSegmenter, TopicSegmenter
+from semhist.indexers.segmodel import LearnedSegmenter
 from semhist.kernel.budget import Budget
 from tests.conftest import SHARED_DATA
 
@@ -133,7 +134,8 @@ def _vectors(engine, thread):
 
 
 @pytest.mark.parametrize("segmenter", [TimeGapSegmenter(300, 120), TopicSegmenter(300, 400, percentile=70),
-                                       TilingSegmenter(300, 400, percentile=70)])
+                                       TilingSegmenter(300, 400, percentile=70), LearnedSegmenter(300, 400),
+                                       LearnedSegmenter(300, 400, min_tokens=200)])
 def test_a_new_message_only_resegments_the_open_tail(engine, ramen, segmenter):
     vectors = _vectors(engine, ramen)
     full = segmenter.segment(ramen.messages, vectors)

@@ -17,7 +17,9 @@ FORMAT_VERSION = 4
 _SEGMENTATION = {"segmenter": ("segmenter", "--segmenter"), "gap_seconds": ("gap_seconds", "--gap"),
                  "max_block_tokens": ("max_block_tokens", "--max-block-tokens"),
                  "min_block_messages": ("min_block_messages", "--min-block-messages"),
-                 "percentile": ("topic_percentile", "--topic-percentile")}
+                 "percentile": ("topic_percentile", "--topic-percentile"),
+                 "model": ("segmenter_model", "--segmenter-model"),
+                 "min_tokens": ("topic_min_tokens", "--topic-min-tokens")}
 
 
 def _version(dist: str) -> str:

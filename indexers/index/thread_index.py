@@ -9,7 +9,7 @@ block after block; for a thread they are in chronological order.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
@@ -54,6 +54,7 @@ class ThreadIndex:
         self.block_lexical = BM25() if whole else ScanBM25()
         self.closed: list[Block] = []
         self.open: list[Block] = []
+        self._next_cause = ""  # why the block after the closed ones starts (the last one's cut)
         self.closed_rows = 0
         self._closed_sizes: list[int] = []  # rows of each closed block, kept as they close
         # the thread's newest closed block, by the store's number: blocks are named by the
@@ -111,6 +112,9 @@ class ThreadIndex:
         for block_no, members in ordered:
             whole_block = known.get(block_no)
             complete = whole_block is not None and len(whole_block.message_ids) == len(members)
+            if block_no != index.last_block_no + 1:  # a view's block after a gap: its cause is the block before's
+                before = known.get(block_no - 1)
+                index._next_cause = before.cut if before else ""
             index._close([index.position[m.id] for m in members], block_no, whole_block if complete else None,
                          [t for m in members for t in m.terms])
             index.last_block_no = max(index.last_block_no, block_no)
@@ -172,7 +176,8 @@ class ThreadIndex:
         tokens = stored.tokens if stored else sum(count_message(self.messages[p].to_openai()) for p in positions)
         parts = tuple(stored.parts) if stored else (0,)
         self.closed.append(Block(block_no, tuple(positions), self.messages[positions[0]].timestamp,
-                                 self.messages[positions[-1]].timestamp, tokens, parts))
+                                 self.messages[positions[-1]].timestamp, tokens, parts, self._next_cause))
+        self._next_cause = stored.cut if stored else ""
         self._closed_sizes.append(len(positions))
         for r in rows:
             self._tail.pop(r, None)
@@ -190,7 +195,7 @@ class ThreadIndex:
             for b in found:
                 ids = tuple(positions[i] for i in b.message_ids)
                 self.open.append(Block(self.last_block_no + 1 + len(self.open), ids, b.start_time, b.end_time,
-                                       b.tokens, b.parts))
+                                       b.tokens, b.parts, b.cause if self.open else self._next_cause))
                 self.block_lexical.add([t for i in b.message_ids for t in self._tail[tail_rows[i]][1]])
         self._changed()
 
@@ -258,6 +263,13 @@ class ThreadIndex:
         sizes = np.array(self._closed_sizes + [len(b.message_ids) for b in self.open], dtype=np.int64)
         ends = np.cumsum(sizes)
         return ends - sizes, ends
+
+    def block_with_id(self, block_id: int) -> Block | None:
+        """The block numbered `block_id`, by bisection: no walk over the thread's blocks."""
+        at = bisect_left(self.closed, block_id, key=lambda b: b.id)
+        if at < len(self.closed) and self.closed[at].id == block_id:
+            return self.closed[at]
+        return next((b for b in self.open if b.id == block_id), None)
 
     @cached_property
     def row_block(self) -> np.ndarray:

@@ -168,6 +168,9 @@ CREATE INDEX turn_prompts_thread ON turn_prompts (thread_id);
     ("0013_partitions_by_thread", "", partition_tables),
     # who stored an operator (system) message: the turn log names it (retrieval/kernel/writers.py)
     ("0014_writer", "ALTER TABLE messages ADD COLUMN writer TEXT;", None),
+    # why the next block starts (a pause, a topic shift and its score, a size cut), as the
+    # segmenter decided when the block closed: the inspector and the turn log show it
+    ("0015_block_cuts", "ALTER TABLE blocks ADD COLUMN cut TEXT;", None),
 )
 
 

@@ -42,6 +42,7 @@ class ClosedBlock:
     message_ids: tuple[int, ...]
     tokens: int
     parts: tuple[int, ...] = (0,)
+    cut: str = ""  # why the block after it starts (Block.cause): decided when this one closed
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class StoredBlock:
     message_ids: tuple[int, ...]
     tokens: int
     parts: tuple[int, ...]
+    cut: str = ""  # why the block after it starts ("" in a store from before it was kept)
 
 
 @dataclass(frozen=True)

@@ -309,12 +309,12 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
         terms = {m.id: m.terms for m in tail}
         out = []
         for block in closed:
-            cur.execute(self._sql("INSERT INTO blocks (thread_id, block_no, tokens, parts) VALUES (?, ?, ?, ?)"),
-                        (thread_id, next_no, block.tokens, json.dumps(list(block.parts))))
+            cur.execute(self._sql("INSERT INTO blocks (thread_id, block_no, tokens, parts, cut) VALUES (?, ?, ?, ?, ?)"),
+                        (thread_id, next_no, block.tokens, json.dumps(list(block.parts)), block.cut or None))
             cur.executemany(self._sql("UPDATE messages SET block_no = ? WHERE id = ? AND thread_id = ?"),
                             [(next_no, i, thread_id) for i in block.message_ids])
             self._index_terms(cur, thread_id, next_no, [t for i in block.message_ids for t in terms.get(i, ())])
-            out.append(StoredBlock(next_no, tuple(block.message_ids), block.tokens, tuple(block.parts)))
+            out.append(StoredBlock(next_no, tuple(block.message_ids), block.tokens, tuple(block.parts), block.cut))
             next_no += 1
         return out
 

@@ -40,10 +40,13 @@ def turn_record(result: AskResult, index: ThreadIndex, masker: Masker | None, ti
     blocks = []
     for r in result.prompt.selection.retrieved:
         first, last = thread.messages[r.message_ids[0]], thread.messages[r.message_ids[-1]]
+        block = index.block_with_id(r.block_id) if r.block_id is not None else None
         blocks.append({"block_messages": [first.index, last.index], "messages": len(r.message_ids),
                        "score": round(r.score, 4) if r.score is not None else None,
                        "start": first.timestamp.isoformat() if first.timestamp else None,
-                       "end": last.timestamp.isoformat() if last.timestamp else None})
+                       "end": last.timestamp.isoformat() if last.timestamp else None,
+                       # why the block it came from starts: a pause, a topic shift (its score), a size cut
+                       "block_starts": block.why if block else None})
     left = [{"block_messages": [thread.messages[r.message_ids[0]].index, thread.messages[r.message_ids[-1]].index],
              "messages": len(r.message_ids), "score": round(r.score, 4) if r.score is not None else None}
             for r in result.prompt.selection.left_out]

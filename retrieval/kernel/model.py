@@ -182,6 +182,22 @@ class Thread:
         return next((q for q in self.queries if q.text.strip() == wanted), None)
 
 
+def cause_fields(cause: str | None) -> dict[str, Any]:
+    """A block's start cause (Block.cause) as fields: {"kind": "pause", "seconds": 5400},
+    {"kind": "topic", "score": 0.83} (also "drift" and "depth", the drift rules' values),
+    {"kind": "size"}, {"kind": "closing"}; {"kind": "start"} for "" (a thread's first block)."""
+    if not cause:
+        return {"kind": "start"}
+    kind, _, value = cause.partition(":")
+    if not value:
+        return {"kind": kind}
+    try:
+        number = float(value)
+    except ValueError:
+        return {"kind": kind}
+    return {"kind": kind, "seconds" if kind == "pause" else "score": int(number) if kind == "pause" else number}
+
+
 @dataclass(frozen=True)
 class Block:
     """A run of consecutive non-system messages that is retrieved as a unit."""
@@ -192,6 +208,11 @@ class Block:
     end_time: datetime | None
     tokens: int
     parts: tuple[int, ...] = (0,)  # offsets where topic sub-segments start inside the block
+    # Why the block starts (the segmenter's decision, for the inspector and the turn log):
+    # "pause:SECONDS", "closing" (a user's thanks where messages carry no time), "size",
+    # "topic:P" (the learned scorer's probability), "drift:D" / "depth:D" (the drift rules);
+    # "" for a thread's first block.
+    cause: str = ""
 
     def part_of(self, offset: int) -> tuple[int, ...]:
         """Message positions of the topic sub-segment holding the message at `offset`."""
@@ -203,6 +224,12 @@ class Block:
     @property
     def first(self) -> int:
         return self.message_ids[0]
+
+    @property
+    def why(self) -> dict[str, Any]:
+        """`cause` as the inspector and the turn log show it (a later block without one was
+        stored before causes were kept)."""
+        return cause_fields(self.cause) if self.cause or self.id == 0 else {"kind": "unknown"}
 
     @property
     def last(self) -> int:

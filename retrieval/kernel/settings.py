@@ -98,7 +98,7 @@ class Settings:
 
     # -- embedding and segmentation (what an index is built with; recorded in its manifest)
     embedder: str = option("use-m3", group=EMBED, help="use-m3, e5-small, or st:<model name or path>")
-    segmenter: str = option("time-gap", group=SEGMENT, choices=("time-gap", "time+topic", "time+tiling"),
+    segmenter: str = option("time-gap", group=SEGMENT, choices=("time-gap", "time+topic", "time+tiling", "time+learned"),
                             help="how messages are grouped into blocks")
     gap_seconds: float = option(300.0, group=SEGMENT, flag="--gap", help="seconds of silence that start a block")
     max_block_tokens: int = option(1200, group=SEGMENT, help="a block that would grow past this is cut where "
@@ -106,6 +106,13 @@ class Settings:
     min_block_messages: int = option(3, group=SEGMENT, help="fewest messages on either side of a cut")
     topic_percentile: float = option(70.0, group=SEGMENT, help="topic cuts where drift peaks above this "
                                                                "percentile of the thread's own drift")
+    # 800: chosen on the tune halves of benchmarks/seg_recall.md, the floor with no loss where
+    # pauses cut the thread (0 and 400 lost up to .044 there) and a lift where none do
+    topic_min_tokens: int = option(800, group=SEGMENT, help="time+learned: a topic shift starts a block only once "
+                                                            "the block holds this many tokens (0: at every shift)")
+    segmenter_model: str | None = option(None, group=SEGMENT, shown="the shipped one",
+                                         help="weights of the time+learned segmenter (a JSON file "
+                                              "benchmarks/seg_train.py writes)")
     # -- selection
     top_n: int = option(3, group=SEARCH, help="retrieved groups when no budget is given")
     min_score: float | None = option(None, group=SEARCH, help="minimum block cosine (0.3 = the worked example)")
@@ -347,7 +354,9 @@ class Settings:
     def segment_params(self) -> dict[str, Any]:
         """What the segmenter is built from; recorded in every thread's manifest."""
         return {"gap_seconds": self.gap_seconds, "max_block_tokens": self.max_block_tokens,
-                "min_block_messages": self.min_block_messages, "percentile": self.topic_percentile}
+                "min_block_messages": self.min_block_messages, "percentile": self.topic_percentile,
+                **({"model": self.segmenter_model, "min_tokens": self.topic_min_tokens}
+                   if self.segmenter == "time+learned" else {})}
 
 
 def settings_fields(groups: set[str] | None = None) -> list[Field]:

@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from semhist.kernel.errors import InputError, NotFoundError
+from semhist.kernel.model import cause_fields
 from semhist.kernel.budget import Budget
 from semhist.kernel.settings import Settings
 
@@ -72,13 +73,22 @@ def inspector_api(settings: Settings) -> APIRouter:
     @api.get("/v1/threads/{thread_id}/blocks")
     @in_pool
     def blocks(thread_id: ScopedThread, request: Request) -> list[dict[str, Any]]:
-        """The thread's closed blocks (time gaps, topic sub-segments within them by size), in order."""
+        """The thread's closed blocks (time gaps, topic sub-segments within them by size), in
+        order, each with why it starts and why the one after it does (`starts`, `ends`:
+        model.cause_fields; the last block's `ends` is why the open tail starts)."""
         store = history_of(request).store
         if not store.has_thread(thread_id):
             raise NotFoundError(f"no stored thread {thread_id!r}")
-        return [{"block": b.block_no, "first": b.message_ids[0], "last": b.message_ids[-1],
-                 "messages": len(b.message_ids), "tokens": b.tokens, "parts": list(b.parts)}
-                for b in store.blocks(thread_id) if b.message_ids]
+        out, before = [], None
+        for b in store.blocks(thread_id):
+            starts = cause_fields(before.cut) if before and before.cut else (
+                {"kind": "start"} if b.block_no == 0 else {"kind": "unknown"})
+            if b.message_ids:
+                out.append({"block": b.block_no, "first": b.message_ids[0], "last": b.message_ids[-1],
+                            "messages": len(b.message_ids), "tokens": b.tokens, "parts": list(b.parts),
+                            "starts": starts, "ends": cause_fields(b.cut) if b.cut else {"kind": "unknown"}})
+            before = b
+        return out
 
     @api.get("/v1/threads/{thread_id}/forgotten")
     @in_pool

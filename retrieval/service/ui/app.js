@@ -31,6 +31,10 @@ const WORDS = {
     zone_thread: "Times in the thread's own zone, {zone}", zone_browser: "Times in this browser's zone, {zone}",
     zone_each: "Times in each thread's own zone", to_browser: "show in this browser's zone",
     to_thread: "show in the thread's own zone",
+    cause_start: "the thread's start", cause_pause: "starts after a pause of {span}", cause_closing: "starts after a closing",
+    cause_size: "starts at the size limit", cause_topic: "starts at a topic shift (score {score})",
+    cause_drift: "starts where the topic drifts ({score})", cause_depth: "starts in a similarity valley ({score})",
+    cause_unknown: "",
   },
   ja: {
     threads: "スレッド", thread: "スレッド", messages: "メッセージ", first: "最初", last: "最終更新",
@@ -59,6 +63,9 @@ const WORDS = {
     zone_thread: "時刻はスレッドのタイムゾーン ({zone})", zone_browser: "時刻はこのブラウザのタイムゾーン ({zone})",
     zone_each: "時刻は各スレッドのタイムゾーン", to_browser: "ブラウザのタイムゾーンで表示",
     to_thread: "スレッドのタイムゾーンで表示",
+    cause_start: "スレッドの始まり", cause_pause: "{span} の間隔のあとから", cause_closing: "締めのあいさつのあとから",
+    cause_size: "サイズの上限で区切り", cause_topic: "話題の切り替わりから (スコア {score})",
+    cause_drift: "話題のずれから ({score})", cause_depth: "類似度の谷から ({score})", cause_unknown: "",
   },
 };
 const STRATEGIES = ["full", "window", "token-budget", "utterances", "blocks", "summary", "structured"];
@@ -123,6 +130,12 @@ function when(iso, offset = viewOffset) {
   const locale = lang === "ja" ? "ja-JP" : "en-GB", style = {dateStyle: "medium", timeStyle: "short"};
   if (zoneMode === "browser" || offset === null) return d.toLocaleString(locale, style);
   return new Date(d.getTime() + offset * 60000).toLocaleString(locale, {...style, timeZone: "UTC"});
+}
+
+// why a block starts (the blocks API's `starts`), in words
+function cause(why) {
+  if (!why || why.kind === "unknown") return "";
+  return t(`cause_${why.kind}`, {span: span(why.seconds || 0), score: why.score ?? ""});
 }
 
 function span(seconds) {
@@ -244,9 +257,9 @@ async function timeline(path, id, query) {
     }
     if (!group || group.key !== key) {
       const b = sizes.get(m.block);
-      const head = m.block === null ? [t("open_tail")] :
+      const head = m.block === null ? [t("open_tail"), blocks.length ? cause(blocks[blocks.length - 1].ends) : ""] :
         [`${t("block")} ${m.block}`, b ? `${b.messages} ${t("messages")}` : "", b ? `${b.tokens} ${t("tokens")}` : "",
-         b && b.parts.length > 1 ? `${b.parts.length} ${t("topics")}` : ""];
+         b && b.parts.length > 1 ? `${b.parts.length} ${t("topics")}` : "", b ? cause(b.starts) : ""];
       group = {key, n: 0, starts: new Set(b ? b.parts.filter((p) => p > 0) : []), node: el("section", {class: `block${m.block === null ? " tail" : ""}`, "data-block": key},
         el("div", {class: "head"}, head.filter(Boolean).map((h) => el("span", {}, h))))};
       out.push(group.node);
@@ -300,6 +313,7 @@ function turnDetail(e, id, n) {
     el("td", {class: "num"}, rank + 1), el("td", {class: "num"}, r.score ?? ""),
     el("td", {}, r.score === null || r.score === undefined ? t("time") : t("search")),
     el("td", {}, `${when(r.start)} – ${when(r.end)}`), el("td", {class: "num"}, r.messages ?? ""),
+    el("td", {class: "cause"}, cause(r.block_starts)),
     el("td", {}, r.block_messages ? el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?focus=${r.block_messages[0]}-${r.block_messages[1]}`},
       t("show_in_timeline")) : "")));
   const kw = (e.keyword || []).join(" ");
@@ -314,7 +328,7 @@ function turnDetail(e, id, n) {
     e.recent ? el("p", {class: "recent"}, `${t("recent")}: ${e.recent[2]} ${t("messages")} `,
       el("a", {href: `#/t/${encodeURIComponent(id)}/timeline?focus=${e.recent[0]}-${e.recent[1]}`}, t("show_in_timeline"))) : null,
     el("h2", {}, t("retrieved")),
-    el("table", {class: "retrieved"}, el("thead", {}, el("tr", {}, ["rank", "score", "why", "range", "messages", ""].map(
+    el("table", {class: "retrieved"}, el("thead", {}, el("tr", {}, ["rank", "score", "why", "range", "messages", "block", ""].map(
       (k) => el("th", {}, k ? t(k) : "")))), el("tbody", {}, retrieved)),
     el("h2", {}, t("left_out")),
     (e.left_out || []).length ? el("table", {class: "left-out"}, el("tbody", {}, e.left_out.map((r) => el("tr", {},
