@@ -123,7 +123,7 @@ class Ingestor:
         found = self.segmenter.segment(msgs, vectors, history)
         blocks = found[:-1]
         history = drift_history(history, vectors, [b.message_ids for b in blocks], self.segmenter.drift_window)
-        return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts, after.cause)
+        return [ClosedBlock(tuple(tail[p].id for p in b.message_ids), b.tokens, b.parts, b.cause, after.cause)
                 for b, after in zip(blocks, found[1:])], history
 
     def prepare(self, messages: Sequence[Message], keys: Sequence[str | None],

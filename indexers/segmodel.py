@@ -184,10 +184,17 @@ class BoundaryModel:
         try:
             mean, scale, weights = (np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "weights"))
             dim = int(data["dim"])
+            if list(data["features"]) != [*FEATURES, *(["probe"] if dim else [])]:
+                raise ValueError(f"its features are not this version's ({', '.join(FEATURES)}, probe)")
             if not len(mean) == len(scale) == len(weights) == len(FEATURES) + 2 * dim:
                 raise ValueError("mean, scale and weights must each have one value per feature")
-            return cls(mean, scale, weights, float(data["bias"]), float(data["threshold"]),
-                       int(data["min_segment"]), int(data["lookahead"]), dim, str(data["embedder"]))
+            model = cls(mean, scale, weights, float(data["bias"]), float(data["threshold"]),
+                        int(data["min_segment"]), int(data["lookahead"]), dim, str(data["embedder"]))
+            if not (0 < model.threshold <= 1 and model.min_segment >= 1 and 0 <= model.lookahead <= 2
+                    and bool(np.all(scale > 0))):
+                raise ValueError("threshold must be in (0, 1], min_segment at least 1, lookahead 0-2, "
+                                 "scale positive")
+            return model
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"not a segmenter model: {exc}") from None
 
@@ -202,7 +209,7 @@ def load_model(path: str | None = None) -> BoundaryModel:
     where = Path(path) if path else SHIPPED
     try:
         return BoundaryModel.from_json(json.loads(where.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8
         raise ConfigError(f"cannot read the segmenter model {where}: {exc}") from None
 
 

@@ -11,6 +11,7 @@ import pytest
 from semhist.indexers import segmodel
 from semhist.indexers.segment import get_segmenter
 from semhist.indexers.segmodel import FEATURES, SHIPPED, BoundaryModel, LearnedSegmenter, load_model
+from semhist.kernel.budget import Budget
 from semhist.kernel.errors import ConfigError
 from semhist.kernel.model import embedding_text
 
@@ -111,6 +112,17 @@ def test_a_model_file_that_is_not_one_is_a_config_error(tmp_path):
         get_segmenter("time+learned", model=str(bad))
     with pytest.raises(ConfigError, match="cannot read"):
         get_segmenter("time+learned", model=str(tmp_path / "missing.json"))
+    binary = tmp_path / "b.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="cannot read"):
+        get_segmenter("time+learned", model=str(binary))
+    shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    for change, says in [({"features": list(reversed(shipped["features"]))}, "features are not"),
+                         ({"lookahead": -1}, "lookahead"), ({"threshold": 0}, "threshold")]:
+        bad.write_text(json.dumps({**shipped, **change}), encoding="utf-8")
+        load_model.cache_clear()
+        with pytest.raises(ConfigError, match=says):
+            get_segmenter("time+learned", model=str(bad))
     assert isinstance(load_model(), BoundaryModel)
 
 
@@ -175,3 +187,29 @@ def test_the_index_and_the_store_say_why_each_block_starts(make_history, ramen):
     assert {b.why["kind"] for b in blocks[1:]} <= {"pause", "topic", "size"}
     assert {"pause", "topic"} <= {b.why["kind"] for b in blocks[1:]}
     assert [s.cut for s in stored] == [b.cause for b in blocks[1:len(stored) + 1]]
+
+
+def test_a_long_threads_view_logs_why_its_retrieved_blocks_start(make_history, ramen):
+    """A thread past `view_limit` is searched through a view of a few blocks: each still says
+    why it starts (the store keeps a block's own cause, not only the next one's)."""
+    make_history(segmenter="time+learned", topic_min_tokens=0).ingest("r", ramen)
+    viewed = make_history(segmenter="time+learned", topic_min_tokens=0, view_limit=20, log_prompts=True)
+    viewed.ask("r", "ラーメンのおすすめは？", budget=Budget.parse("300"))
+    retrieved = viewed.log("r", limit=1)[-1]["retrieved"]
+    assert retrieved and all(r["block_starts"]["kind"] in ("start", "pause", "topic", "size") for r in retrieved)
+    assert any(r["block_starts"]["kind"] != "start" for r in retrieved)
+
+
+def test_the_fix_for_a_thread_stored_with_ones_own_weights_names_no_none(make_history, ramen, tmp_path):
+    from semhist.indexers.index import manifest
+    from semhist.kernel.errors import IndexMismatchError
+
+    own = tmp_path / "mine.json"
+    own.write_text(SHIPPED.read_text(encoding="utf-8"), encoding="utf-8")
+    make_history(segmenter="time+learned", segmenter_model=str(own)).ingest("r", ramen)
+    shipped = make_history(segmenter="time+learned")
+    with pytest.raises(IndexMismatchError, match=r"run: semhist reindex --thread r$") as refused:
+        shipped.ask("r", "ramen?")
+    assert "None" not in str(refused.value)
+    wanted = make_history().parts.wanted_manifest  # time-gap: no learned keys to wait for
+    assert manifest.complete({**wanted}, wanted) and "model" not in wanted

@@ -46,9 +46,15 @@ def mismatch(stored: dict[str, Any] | None, wanted: dict[str, Any], settings: Se
         return f"embedder {stored['embedder']!r}, not {wanted['embedder']!r}", "--embedder", \
             stored["embedder"].split("@")[0], settings.embedder
     for key, (name, flag) in _SEGMENTATION.items():
-        if key in stored and stored[key] != wanted[key]:
-            return f"{name}={stored[key]!r}, not {wanted[key]!r}", flag, stored[key], wanted[key]
+        if key in stored and stored[key] != wanted.get(key):
+            shown = [("unset" if v is None else repr(v)) for v in (stored[key], wanted.get(key))]
+            return f"{name}={shown[0]}, not {shown[1]}", flag, stored[key], wanted.get(key)
     return None
+
+
+def option(flag: str, value: Any) -> str:
+    """` --flag value` as a command line sets it; nothing for an unset value (the default)."""
+    return "" if value is None else f" {flag} {value}"
 
 
 def check(stored: dict[str, Any] | None, wanted: dict[str, Any], thread_id: str, settings: Settings) -> None:
@@ -57,7 +63,7 @@ def check(stored: dict[str, Any] | None, wanted: dict[str, Any], thread_id: str,
     if found:
         what, flag, _, value = found
         raise IndexMismatchError(f"thread {thread_id} was indexed with {what}; "
-                                 f"run: semhist reindex --thread {thread_id} {flag} {value}")
+                                 f"run: semhist reindex --thread {thread_id}{option(flag, value)}")
 
 
 def terms_version(stored: dict[str, Any] | None) -> int:
@@ -67,4 +73,4 @@ def terms_version(stored: dict[str, Any] | None) -> int:
 
 def complete(stored: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     """True when the stored manifest already records everything `wanted` does."""
-    return bool(stored) and all(k in stored for k in ("embedder", "dim", *_SEGMENTATION))
+    return bool(stored) and all(k in stored for k in ("embedder", "dim", *(k for k in _SEGMENTATION if k in wanted)))

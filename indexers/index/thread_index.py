@@ -112,12 +112,12 @@ class ThreadIndex:
         for block_no, members in ordered:
             whole_block = known.get(block_no)
             complete = whole_block is not None and len(whole_block.message_ids) == len(members)
-            if block_no != index.last_block_no + 1:  # a view's block after a gap: its cause is the block before's
-                before = known.get(block_no - 1)
-                index._next_cause = before.cut if before else ""
             index._close([index.position[m.id] for m in members], block_no, whole_block if complete else None,
-                         [t for m in members for t in m.terms])
+                         [t for m in members for t in m.terms], whole_block)
             index.last_block_no = max(index.last_block_no, block_no)
+        if closed_blocks - 1 > index.last_block_no:  # a view without the last closed block: the tail's cause is its cut
+            last = known.get(closed_blocks - 1)
+            index._next_cause = last.cut if last else ""
         index.last_block_no = max(index.last_block_no, closed_blocks - 1)
         index.appendable = index.rows == sorted(index.rows)
         index._segment_open()
@@ -164,9 +164,11 @@ class ThreadIndex:
         self.vectors.add(np.arange(first, first + len(messages)), matrix)
 
     def _close(self, positions: list[int], block_no: int, stored: StoredBlock | None,
-               terms: list[str] | None = None) -> None:
+               terms: list[str] | None = None, record: StoredBlock | None = None) -> None:
         """Close the block made of the next rows (`positions`, in row order), the store's
-        block `block_no`."""
+        block `block_no`; `record`: the store's block, also when a view holds only part of it
+        (its causes)."""
+        record = record or stored
         first = self.closed_rows
         rows = range(first, first + len(positions))
         if terms is None:
@@ -175,9 +177,10 @@ class ThreadIndex:
         self.block_lexical.add(terms)
         tokens = stored.tokens if stored else sum(count_message(self.messages[p].to_openai()) for p in positions)
         parts = tuple(stored.parts) if stored else (0,)
+        cause = record.cause if record else self._next_cause
         self.closed.append(Block(block_no, tuple(positions), self.messages[positions[0]].timestamp,
-                                 self.messages[positions[-1]].timestamp, tokens, parts, self._next_cause))
-        self._next_cause = stored.cut if stored else ""
+                                 self.messages[positions[-1]].timestamp, tokens, parts, cause))
+        self._next_cause = record.cut if record else ""
         self._closed_sizes.append(len(positions))
         for r in rows:
             self._tail.pop(r, None)

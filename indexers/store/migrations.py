@@ -168,9 +168,10 @@ CREATE INDEX turn_prompts_thread ON turn_prompts (thread_id);
     ("0013_partitions_by_thread", "", partition_tables),
     # who stored an operator (system) message: the turn log names it (retrieval/kernel/writers.py)
     ("0014_writer", "ALTER TABLE messages ADD COLUMN writer TEXT;", None),
-    # why the next block starts (a pause, a topic shift and its score, a size cut), as the
-    # segmenter decided when the block closed: the inspector and the turn log show it
-    ("0015_block_cuts", "ALTER TABLE blocks ADD COLUMN cut TEXT;", None),
+    # why a block starts and why the next one does (a pause, a topic shift and its score, a size
+    # cut), as the segmenter decided: the inspector and the turn log show it. Both are kept so a
+    # view that reads a few blocks, and the open tail after the last one, each have theirs.
+    ("0015_block_causes", "ALTER TABLE blocks ADD COLUMN cause TEXT; ALTER TABLE blocks ADD COLUMN cut TEXT;", None),
 )
 
 

@@ -130,7 +130,7 @@ class ReadMixin:
         return Changes(marker, messages, tuple(blocks), history)
 
     def _blocks_after(self: Any, cur, thread_id: str, after_block: int) -> list[StoredBlock]:
-        cur.execute(self._sql("SELECT block_no, tokens, parts, cut FROM blocks WHERE thread_id = ? AND block_no > ? "
+        cur.execute(self._sql("SELECT block_no, tokens, parts, cause, cut FROM blocks WHERE thread_id = ? AND block_no > ? "
                               "ORDER BY block_no"), (thread_id, after_block))
         heads = cur.fetchall()
         if not heads:
@@ -167,7 +167,8 @@ class ReadMixin:
             out = []
             for chunk in chunks([int(b) for b in block_nos]):
                 where = f"thread_id = ? AND block_no IN ({marks(chunk)})"
-                cur.execute(self._sql(f"SELECT block_no, tokens, parts, cut FROM blocks WHERE {where} ORDER BY block_no"),
+                cur.execute(self._sql(f"SELECT block_no, tokens, parts, cause, cut FROM blocks WHERE {where} "
+                                      "ORDER BY block_no"),
                             (thread_id, *chunk))
                 heads = cur.fetchall()
                 # sorted here, not in SQL: ORDER BY would make the planner walk the whole thread

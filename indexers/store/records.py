@@ -42,7 +42,8 @@ class ClosedBlock:
     message_ids: tuple[int, ...]
     tokens: int
     parts: tuple[int, ...] = (0,)
-    cut: str = ""  # why the block after it starts (Block.cause): decided when this one closed
+    cause: str = ""  # why it starts (Block.cause); "" when the segment call began with it: the store knows
+    cut: str = ""  # why the block after it starts: decided when this one closed
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class StoredBlock:
     message_ids: tuple[int, ...]
     tokens: int
     parts: tuple[int, ...]
-    cut: str = ""  # why the block after it starts ("" in a store from before it was kept)
+    cause: str = ""  # why it starts ("" for a thread's first, and in a store from before it was kept)
+    cut: str = ""  # why the block after it starts
 
 
 @dataclass(frozen=True)

@@ -72,12 +72,12 @@ def message_row(r: Sequence[Any], with_vector: bool = False) -> StoredMessage:
 
 
 def assemble_blocks(heads: list[tuple], members: list[tuple]) -> list[StoredBlock]:
-    """Blocks from their rows (block_no, tokens, parts, cut) and member rows (block_no, id, sort_ts)."""
+    """Blocks from their rows (block_no, tokens, parts, cause, cut) and member rows (block_no, id, sort_ts)."""
     by_block: dict[int, list[int]] = {}
     for no, mid, _ in sorted(members, key=lambda r: (r[2], r[1])):
         by_block.setdefault(int(no), []).append(int(mid))
-    return [StoredBlock(int(no), tuple(by_block.get(int(no), ())), int(tok), tuple(json.loads(parts)), cut or "")
-            for no, tok, parts, cut in heads]
+    return [StoredBlock(int(no), tuple(by_block.get(int(no), ())), int(tok), tuple(json.loads(parts)), cause or "",
+                        cut or "") for no, tok, parts, cause, cut in heads]
 
 
 def history_blob(blob: Any) -> tuple[float, ...]:

@@ -308,15 +308,26 @@ class SQLStore(ReadMixin, ForgetMixin, MemoryMixin, ScopeMixin):
         next_no = int(cur.fetchone()[0]) + 1
         terms = {m.id: m.terms for m in tail}
         out = []
+        cause = self._cut_before(cur, thread_id, next_no)  # the first block's: decided when the one before closed
         for block in closed:
-            cur.execute(self._sql("INSERT INTO blocks (thread_id, block_no, tokens, parts, cut) VALUES (?, ?, ?, ?, ?)"),
-                        (thread_id, next_no, block.tokens, json.dumps(list(block.parts)), block.cut or None))
+            cause = block.cause or cause
+            cur.execute(self._sql("INSERT INTO blocks (thread_id, block_no, tokens, parts, cause, cut) "
+                                  "VALUES (?, ?, ?, ?, ?, ?)"),
+                        (thread_id, next_no, block.tokens, json.dumps(list(block.parts)), cause or None,
+                         block.cut or None))
             cur.executemany(self._sql("UPDATE messages SET block_no = ? WHERE id = ? AND thread_id = ?"),
                             [(next_no, i, thread_id) for i in block.message_ids])
             self._index_terms(cur, thread_id, next_no, [t for i in block.message_ids for t in terms.get(i, ())])
-            out.append(StoredBlock(next_no, tuple(block.message_ids), block.tokens, tuple(block.parts), block.cut))
-            next_no += 1
+            out.append(StoredBlock(next_no, tuple(block.message_ids), block.tokens, tuple(block.parts), cause, block.cut))
+            next_no, cause = next_no + 1, block.cut
         return out
+
+    def _cut_before(self, cur, thread_id: str, block_no: int) -> str:
+        if block_no == 0:
+            return ""
+        cur.execute(self._sql("SELECT cut FROM blocks WHERE thread_id = ? AND block_no = ?"), (thread_id, block_no - 1))
+        row = cur.fetchone()
+        return (row[0] or "") if row else ""
 
     def _index_terms(self, cur, thread_id: str, block_no: int, terms: list[str]) -> None:
         """A closed block's terms into the full-text index, and into each term's block count."""

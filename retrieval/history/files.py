@@ -87,8 +87,9 @@ def _check_manifest(history: History, thread_id: str) -> None:
     found = manifests.mismatch(history.store.manifest(thread_id), history.parts.wanted_manifest, history.settings)
     if found:
         what, flag, stored, wanted = found
-        raise IndexMismatchError(f"this index was built with {what}; ask with {flag} {stored}, or build it "
-                                 f"again: semhist index FILE --out DIR {flag} {wanted}")
+        asked = f"ask with{manifests.option(flag, stored)}" if stored is not None else f"ask without {flag}"
+        raise IndexMismatchError(f"this index was built with {what}; {asked}, or build it "
+                                 f"again: semhist index FILE --out DIR{manifests.option(flag, wanted)}")
 
 
 def as_loaded(history: History, thread: Thread, thread_id: str, searched: Thread) -> Thread:

@@ -134,8 +134,9 @@ function when(iso, offset = viewOffset) {
 
 // why a block starts (the blocks API's `starts`), in words
 function cause(why) {
-  if (!why || why.kind === "unknown") return "";
-  return t(`cause_${why.kind}`, {span: span(why.seconds || 0), score: why.score ?? ""});
+  if (!why || !(`cause_${why.kind}` in WORDS.en) || why.kind === "unknown") return "";
+  const s = why.seconds || 0;
+  return t(`cause_${why.kind}`, {span: s < 60 ? `${s} s` : span(s), score: why.score ?? ""});
 }
 
 function span(seconds) {
