@@ -70,7 +70,7 @@ def tiage_anno(path: Path) -> list[Labelled]:
         rows = json.loads(path.read_text(encoding="utf-8"))
         return [_chat(f"tiage_{split_id}", [u for u, _ in turns], [i for i, (_, label) in enumerate(turns) if label == "1"])
                 for split_id, turns in rows.items()]
-    except (ValueError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise InputError(f"{path}: not TIAGE's anno_*.json ({{id: [[utterance, label], ...]}}): {exc}") from None
 
 
@@ -88,7 +88,7 @@ def dialseg711(path: Path) -> list[Labelled]:
                 at += int(length)
             out.append(_chat(f"dialseg_{row['dial_id']}", list(row["utterances"]), starts))
         return out
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InputError(f"{path}: not DialSeg711's dialseg_711.json ([{{utterances, segments}}, ...]): {exc}") from None
 
 
@@ -101,11 +101,3 @@ def squeeze(messages: tuple[Message, ...]) -> tuple[Message, ...]:
 def squeezed(item: Labelled) -> Labelled:
     """The same thread with every message one second after the one before: no pauses."""
     return replace(item, messages=squeeze(item.messages))
-
-
-def read_set(kind: str, path: Path) -> list[Labelled]:
-    """A set by the kind of file it is: `tiage-anno`, `dialseg711`, or our JSON Lines."""
-    readers = {"tiage-anno": tiage_anno, "dialseg711": dialseg711}
-    if kind in readers:
-        return readers[kind](path)
-    return from_jsonl(path)

@@ -19,6 +19,7 @@ benchmarks/seg_recall.md and seg_recall.json.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 
 from semhist import Engine
@@ -27,7 +28,8 @@ from semhist.indexers.loader import load
 from semhist.indexers.segment import SEGMENTERS
 from semhist.kernel.budget import Budget
 from semhist.kernel.model import Thread
-from semhist.kernel.settings import Settings
+from semhist.kernel.errors import ConfigError
+from semhist.kernel.settings import Settings, settings_fields
 
 from common import add_data, add_out, data_file, save, table, teams_shape
 from seg_data import TUNE_THREADS, squeeze
@@ -50,31 +52,27 @@ def thin(thread: Thread, every: int) -> Thread:
     return replace(thread, queries=tuple(kept))
 
 
-def configured(settings: Settings, spec: str) -> Settings:
-    """`name` or `name:setting=value;...`: the settings with that segmenter."""
+def configured(spec: str, cache_dir: str | None) -> Settings:
+    """`name` or `name:setting=value;...`: the settings with that segmenter, each value read as
+    its SEMHIST_* variable would be."""
     name, _, rest = spec.partition(":")
-    overrides = dict(pair.split("=", 1) for pair in rest.split(";") if pair)
-    return replace(settings, segmenter=name, **{k: _value(v) for k, v in overrides.items()})
+    pairs = [pair.partition("=") for pair in rest.split(";") if pair]
+    unknown = [k for k, eq, _ in pairs if not eq or k not in {f.name for f in settings_fields()}]
+    if unknown:
+        raise ConfigError(f"{spec}: not setting=value with a setting's name: {', '.join(unknown)}")
+    env = {**os.environ, **{f"SEMHIST_{k.upper()}": v for k, _, v in pairs}}
+    return Settings.load(env=env, cache_dir=cache_dir, embedder="use-m3", segmenter=name)
 
 
-def _value(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def run(settings: Settings, segmenters: list[str], sets: list[str], every: int, limit: int | None) -> dict:
+def run(configs: dict[str, Settings], sets: list[str], every: int, limit: int | None) -> dict:
     out: dict = {}
     for name in sets:
         file, tune = SETS[name]
         threads = [thin(teams(t), every) for t in load(data_file(file)).threads[:limit]]
         halves = {"tune": threads[:tune], "held": threads[tune:]}
         for variant, shape in (("with pauses", lambda t: t), ("squeezed", squeezed)):
-            for segmenter in segmenters:
-                engine = Engine(configured(settings, segmenter), llm=None)
+            for segmenter, settings in configs.items():
+                engine = Engine(settings, llm=None)
                 for half, items in halves.items():
                     if not items:
                         continue
@@ -120,11 +118,14 @@ def main() -> None:
     if unknown or args.queries < 1:
         parser.error(f"unknown {', '.join(unknown)}; segmenters: {', '.join(SEGMENTERS)}; sets: {', '.join(SETS)}"
                      if unknown else "--queries must be at least 1")
-    settings = Settings.load(cache_dir=args.cache_dir, embedder="use-m3")
+    try:
+        configs = {spec: configured(spec, args.cache_dir) for spec in segmenters}
+    except ConfigError as exc:
+        parser.error(str(exc))
     shown = "" if args.segmenters == parser.get_default("segmenters") else f' --segmenters "{args.segmenters}"'
     results = {"command": f"python benchmarks/seg_recall.py{shown}",
                "requests": "all" if args.queries == 1 else f"one in {args.queries}",
-               "sets": run(settings, segmenters, sets, args.queries, args.limit)}
+               "sets": run(configs, sets, args.queries, args.limit)}
     save(results, args.out, "seg_recall", render)
 
 

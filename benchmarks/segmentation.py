@@ -31,6 +31,7 @@ import numpy as np
 
 from semhist import Engine
 from semhist.indexers.segment import SEGMENTERS, TimeGapSegmenter
+from semhist.kernel.errors import InputError
 from semhist.kernel.model import Message, embedding_text
 from semhist.kernel.settings import Settings
 from semhist.segscore import boundary_f1, pk_window_diff
@@ -141,7 +142,10 @@ def main() -> None:
              "dialseg_711.json` (the files: docs/guides/evaluation.md). USE-m3 embeddings, the settings' "
              "defaults, no size limit. Pk and WindowDiff with k >= 2 (SuperDialseg's scorer), `Pk k>=1` as "
              "`semhist eval --segmentation` computes it; lower is better, boundary F1 higher.", ""]
-    sets = datasets(args)
+    try:
+        sets = datasets(args)
+    except InputError as exc:  # a test file that is not what its option names
+        parser.error(str(exc))
     for name, items in sets.items():
         lines += [f"## {name}", "", f"{len(items)} threads, {sum(len(t.messages) for t in items):,} messages.", ""]
         lines += table(["method", "Pk", "WindowDiff", "F1", "Pk k>=1", "ms per message"],
